@@ -8,6 +8,7 @@
 #   ROUNDS=R      alternate the two programs R times and keep each number's best round
 #                 (default 1; more rounds damp the noise of a shared machine)
 #   BENCH_ARGS    extra arguments for both programs, e.g. "--reps 5 --min-time 0.02"
+#   BENCH_GROUPS  which groups to run (default "matmul elementwise overhead mlp")
 #   PYTHON        the python3 that has torch (default: the first of python3, /usr/bin/python3)
 #   NO_TORCH=1    skip torch_ops.py: attnlab and OpenBLAS numbers only
 #
@@ -26,6 +27,7 @@ fi
 THREADS=${THREADS:-${ATTNLAB_NUM_THREADS:-$(nproc)}}
 ROUNDS=${ROUNDS:-1}
 BENCH_ARGS=${BENCH_ARGS:-}
+BENCH_GROUPS=${BENCH_GROUPS:-matmul elementwise overhead mlp}
 # One thread count for everything: attnlab's TBB arena, torch's intra-op pool (OpenMP), and
 # the OpenBLAS pool that torch_ops.py's matmul uses. bench_ops sets OpenBLAS itself.
 export ATTNLAB_NUM_THREADS="$THREADS" OMP_NUM_THREADS="$THREADS"
@@ -58,21 +60,25 @@ elif [ -z "$TORCH_PY" ]; then
   echo "bench: python3-torch not found: printing attnlab-only numbers (install python3-torch for the comparison)" >&2
 fi
 
+# The two programs alternate group by group, so that both sides of a comparison are measured
+# within seconds of each other, whatever else the machine is doing meanwhile.
 rm -f "$OUT"/attnlab.*.json "$OUT"/torch.*.json
 r=1
 while [ "$r" -le "$ROUNDS" ]; do
-  echo "bench: round $r/$ROUNDS: attnlab (bench_ops)" >&2
-  # shellcheck disable=SC2086
-  if ! "$BIN" $BENCH_ARGS >"$OUT/attnlab.$r.json"; then
-    echo "bench: bench_ops failed" >&2
-    exit 1
-  fi
-  if [ -n "$TORCH_PY" ]; then
-    echo "bench: round $r/$ROUNDS: torch (torch_ops.py)" >&2
+  for g in $BENCH_GROUPS; do
+    echo "bench: round $r/$ROUNDS, $g: attnlab (bench_ops)" >&2
     # shellcheck disable=SC2086
-    OPENBLAS_NUM_THREADS="$THREADS" "$TORCH_PY" "$HERE/torch_ops.py" --threads "$THREADS" $BENCH_ARGS \
-      >"$OUT/torch.$r.json" || { echo "bench: torch_ops.py failed; no torch numbers" >&2; rm -f "$OUT/torch.$r.json"; }
-  fi
+    if ! "$BIN" --only "$g" $BENCH_ARGS >"$OUT/attnlab.$r.$g.json"; then
+      echo "bench: bench_ops failed" >&2
+      exit 1
+    fi
+    if [ -n "$TORCH_PY" ]; then
+      echo "bench: round $r/$ROUNDS, $g: torch (torch_ops.py)" >&2
+      # shellcheck disable=SC2086
+      OPENBLAS_NUM_THREADS="$THREADS" "$TORCH_PY" "$HERE/torch_ops.py" --threads "$THREADS" --only "$g" $BENCH_ARGS \
+        >"$OUT/torch.$r.$g.json" || { echo "bench: torch_ops.py failed; no torch numbers" >&2; rm -f "$OUT/torch.$r.$g.json"; }
+    fi
+  done
   r=$((r + 1))
 done
 
@@ -101,16 +107,19 @@ def best(values, higher):
         return None
     return max(values) if higher else min(values)
 
-# Best round of each number (rows are in the same order in every round).
-rows = []
-for i, row in enumerate(ours[0]["rows"]):
-    r = dict(row)
+# One row per label, in the order first seen; each number is its best round.
+rows, seen = [], {}
+for o in ours:
+    for row in o["rows"]:
+        if row["label"] not in seen:
+            seen[row["label"]] = dict(row, attnlab=[], ref=[])
+            rows.append(seen[row["label"]])
+        seen[row["label"]]["attnlab"].append(row["attnlab"])
+        seen[row["label"]]["ref"].append(row["ref"])
+for r in rows:
     hb = r["higher_is_better"]
-    r["attnlab"] = best([o["rows"][i]["attnlab"] for o in ours], hb)
-    if r["ref"] is not None:
-        r["ref"] = best([o["rows"][i]["ref"] for o in ours], hb)
+    r["attnlab"], r["ref"] = best(r["attnlab"], hb), best(r["ref"], hb)
     r["torch"] = best([t["results"].get(r["torch_key"]) for t in theirs], hb) if r["torch_key"] else None
-    rows.append(r)
 
 def fmt(v):
     if v is None:
@@ -155,7 +164,9 @@ if theirs:
 else:
     why = "NO_TORCH set" if os.environ.get("NO_TORCH") else "python3-torch missing"
     lines.append(f"- torch: **not available** ({why}): attnlab-only numbers, no torch ratios")
-lines.append(f"- rounds: {len(ours)} (each number: median of repetitions; best round kept)")
+rounds = len({os.path.basename(p).split(".")[1] for p in glob.glob(os.path.join(out, "attnlab.*.json"))})
+lines.append(f"- rounds: {rounds}, the two programs alternating group by group (each number: median of "
+             "repetitions; best round kept)")
 try:
     load_end = " ".join(open("/proc/loadavg").read().split()[:3])
 except OSError:
@@ -197,7 +208,12 @@ for group, title in sections:
         else:
             target, met = "(info)", ""
         ref_cell = f"{fmt(ref)} ({ref_name})" if ref is not None else "—"
-        qcell = f"{q:.2f}x" if q is not None else "—"
+        qcell = "—"
+        if q is not None:
+            qcell = f"{q:.2f}"
+            if r["min_ratio"] is not None and float(qcell) >= r["min_ratio"] > q:
+                qcell = f"{q:.3f}"  # do not round a miss up to the target
+            qcell += "x"
         lines.append(f"| {r['label']} | {r['unit']} | {fmt(r['attnlab'])} | {ref_cell} | {qcell} | {target} | {met} |")
     for r in info:
         q = ratio(r, r["torch"])

@@ -8,7 +8,7 @@ namespace attnlab::nn {
 namespace {
 
 // (B, N) "real token" flags -> a key mask (B, 1, 1, N) for attention.
-Tensor key_mask(const Tensor& padding, int64_t batch, int64_t n, const char* who) {
+Tensor padding_mask(const Tensor& padding, int64_t batch, int64_t n, const char* who) {
   if (!padding.defined()) return {};
   if (padding.dtype() != kBool || padding.dim() != 2 || padding.size(0) != batch || padding.size(1) != n)
     fail<ShapeError>("{}: padding must be bool ({}, {}) with true = real token, got {} {}", who, batch, n,
@@ -112,7 +112,7 @@ Tensor EncoderClassifier::forward(const Tensor& inputs, const Tensor& padding) {
   }
   const int64_t N = x.size(1);
   x = x + positions(*pos_emb, N);
-  Tensor mask = key_mask(pad, B, N, "EncoderClassifier");
+  Tensor mask = padding_mask(pad, B, N, "EncoderClassifier");
   for (const ModulePtr& m : *blocks) x = static_cast<TransformerBlock&>(*m).forward(x, mask);
   if (norm) x = (*norm)(x);
   Tensor pooled;
@@ -175,7 +175,7 @@ EncoderDecoder::EncoderDecoder(const Seq2SeqConfig& c) : config(c) {
 Tensor EncoderDecoder::encode(const Tensor& src, const Tensor& src_padding) {
   check_tokens(src, config.max_len, "EncoderDecoder");
   Tensor x = embedding(src_emb->weight, src) + positions(*pos_emb, src.size(1));  // (B, M, D)
-  Tensor mask = key_mask(src_padding, src.size(0), src.size(1), "EncoderDecoder");
+  Tensor mask = padding_mask(src_padding, src.size(0), src.size(1), "EncoderDecoder");
   for (const ModulePtr& m : *encoder) x = static_cast<TransformerBlock&>(*m).forward(x, mask);
   return (*encoder_norm)(x);
 }
@@ -183,7 +183,7 @@ Tensor EncoderDecoder::encode(const Tensor& src, const Tensor& src_padding) {
 Tensor EncoderDecoder::decode(const Tensor& tgt, const Tensor& memory, const Tensor& src_padding) {
   check_tokens(tgt, config.max_len, "EncoderDecoder");
   Tensor x = embedding(tgt_emb->weight, tgt) + positions(*pos_emb, tgt.size(1));  // (B, N, D)
-  Tensor mmask = key_mask(src_padding, memory.size(0), memory.size(1), "EncoderDecoder");
+  Tensor mmask = padding_mask(src_padding, memory.size(0), memory.size(1), "EncoderDecoder");
   for (const ModulePtr& m : *decoder) x = static_cast<TransformerBlock&>(*m).forward(x, {}, true, memory, mmask);
   return (*lm_head)((*decoder_norm)(x));  // (B, N, tgt_vocab)
 }

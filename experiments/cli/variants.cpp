@@ -33,6 +33,7 @@ std::string join(const std::vector<std::string>& items, const char* sep) {
 
 void list_variant(const nn::VariantSchema& s, std::ostream& out) {
   out << s.name << "  " << s.summary << "\n";
+  if (!s.time_cost.empty()) out << "  cost: time " << s.time_cost << "; memory " << s.memory_cost << "\n";
   size_t width = 6;
   for (const auto& o : s.options) width = std::max(width, o.name.size());
   for (const auto& o : s.options) {

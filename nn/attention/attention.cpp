@@ -1,6 +1,7 @@
 #include "nn/attention/attention.hpp"
 
 #include "autograd/ops.hpp"
+#include "tensor/kernels.hpp"
 
 namespace attnlab::nn {
 
@@ -81,17 +82,31 @@ Tensor merge_heads(const Tensor& t) {
   return reshape(transpose(t, 1, 2), {B, N, h * d});  // (B, N, h*d)
 }
 
+void check_mask(const Tensor& mask, int64_t n, int64_t m, const char* variant) {
+  if (!mask.defined()) return;
+  if (mask.dtype() != kBool)
+    fail<DTypeError>("{}: the mask must be bool (true = may attend), got {}", variant, dtype_name(mask.dtype()));
+  if (mask.dim() > 4 || (mask.dim() >= 1 && mask.size(-1) != m && mask.size(-1) != 1) ||
+      (mask.dim() >= 2 && mask.size(-2) != n && mask.size(-2) != 1))
+    fail<ShapeError>("{}: mask of shape {} does not broadcast to (B, h, {}, {})", variant, to_string(mask.shape()), n, m);
+}
+
+bool is_key_mask(const Tensor& mask) { return !mask.defined() || mask.dim() < 2 || mask.size(-2) == 1; }
+
+Tensor key_mask(const Tensor& mask, int64_t n, int64_t m, const char* variant) {
+  check_mask(mask, n, m, variant);
+  if (!mask.defined()) return mask;
+  if (!is_key_mask(mask))
+    fail<ValueError>("{}: only key masks are supported, constant along the queries and shaped (B|1, h|1, 1, {}); got {}",
+                     variant, m, to_string(mask.shape()));
+  Tensor k = mask;
+  while (k.dim() < 4) k = unsqueeze(k, 0);  // (B|1, h|1, 1, M|1)
+  return k;
+}
+
 Tensor allowed_mask(const Tensor& mask, int64_t n, int64_t m, bool causal, const char* variant) {
-  Tensor allowed;
-  if (mask.defined()) {
-    if (mask.dtype() != kBool)
-      fail<DTypeError>("{}: the mask must be bool (true = may attend), got {}", variant, dtype_name(mask.dtype()));
-    if (mask.dim() > 4 || (mask.dim() >= 1 && mask.size(-1) != m && mask.size(-1) != 1) ||
-        (mask.dim() >= 2 && mask.size(-2) != n && mask.size(-2) != 1))
-      fail<ShapeError>("{}: mask of shape {} does not broadcast to (B, h, {}, {})", variant, to_string(mask.shape()), n,
-                       m);
-    allowed = mask;
-  }
+  check_mask(mask, n, m, variant);
+  Tensor allowed = mask;
   if (causal) {
     Tensor tri = tril(ones({n, m}, kBool));  // (N, M): m <= n
     allowed = allowed.defined() ? logical_and(allowed, tri) : tri;
@@ -103,6 +118,13 @@ Tensor attention_dropout(const Tensor& p, double rate, bool training, Generator&
   if (!training || rate == 0) return p;
   Tensor keep = bernoulli(p.shape(), 1 - rate, gen, p.dtype());
   return p * keep * (1.0 / (1 - rate));
+}
+
+Tensor take_heads(const Tensor& w, const std::vector<int64_t>& keep, int64_t d, int64_t dim) {
+  std::vector<int64_t> rows;
+  for (int64_t i : keep)
+    for (int64_t r = 0; r < d; ++r) rows.push_back(i * d + r);
+  return kernels::index_select(w, dim, from_vector(rows));
 }
 
 std::vector<int64_t> check_keep(const std::vector<int64_t>& keep, int64_t heads, const char* variant) {

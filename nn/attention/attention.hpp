@@ -68,6 +68,16 @@ Tensor merge_heads(const Tensor& t);
 // The allowed mask for (N, M) scores: `mask` (broadcastable to (B, h, N, M)) and, when causal,
 // m <= n. Undefined when everything is allowed.
 Tensor allowed_mask(const Tensor& mask, int64_t n, int64_t m, bool causal, const char* variant);
+// Entries [i*d, (i+1)*d) of `w` along `dim` for every kept head i (prune_heads).
+Tensor take_heads(const Tensor& w, const std::vector<int64_t>& keep, int64_t d, int64_t dim);
+// Checks that `mask` is a bool tensor broadcastable to (B, h, N, M) (undefined passes).
+void check_mask(const Tensor& mask, int64_t n, int64_t m, const char* variant);
+// For the variants that summarise keys (linformer, compressed, nystrom, sinkhorn) and those
+// whose fast path needs one: a key mask, constant along N, as a (B|1, h|1, 1, M) view; an
+// undefined mask stays undefined; a mask that varies along N is an error naming the variant.
+Tensor key_mask(const Tensor& mask, int64_t n, int64_t m, const char* variant);
+// true when `mask` is undefined or constant along N (a key mask).
+bool is_key_mask(const Tensor& mask);
 // Validates `keep` for prune_heads: non-empty, in range, no repeats.
 std::vector<int64_t> check_keep(const std::vector<int64_t>& keep, int64_t heads, const char* variant);
 // Inverted dropout on attention probabilities (train mode only).

@@ -15,14 +15,6 @@ namespace {
 
 constexpr const char* kName = "collaborative";
 
-// Rows [i*d, (i+1)*d) of `w` along `dim` for every kept head i.
-Tensor take_heads(const Tensor& w, const std::vector<int64_t>& keep, int64_t d, int64_t dim) {
-  std::vector<int64_t> rows;
-  for (int64_t i : keep)
-    for (int64_t r = 0; r < d; ++r) rows.push_back(i * d + r);
-  return kernels::index_select(w, dim, from_vector(rows));
-}
-
 // mixing[i, r] = 1 iff r is in head i's block of Dk~/h shared dimensions.
 Tensor concatenate_layout(int64_t heads, int64_t shared_key_size) {
   const int64_t block = shared_key_size / heads;
@@ -36,7 +28,9 @@ Tensor concatenate_layout(int64_t heads, int64_t shared_key_size) {
 
 VariantSchema CollaborativeAttention::schema() {
   using T = OptionType;
-  VariantSchema s{kName, "collaborative heads sharing one query/key projection (Cordonnier, Loukas, Jaggi 2020)", {}};
+  VariantSchema s{kName, "collaborative heads sharing one query/key projection (Cordonnier, Loukas, Jaggi 2020)", {},
+                  "O(B N M Dk~ h + B h N M dv)",
+                  "O(B h N M + B h N Dk~)"};
   // The common options without key_size: the keys are shared, so only Dk~ is a key size.
   for (OptionSchema o : multihead_options()) {
     if (o.name == "key_size") continue;

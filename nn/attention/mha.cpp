@@ -9,7 +9,9 @@ namespace attnlab::nn {
 
 VariantSchema MultiHeadAttention::schema() {
   VariantSchema s{"mha", "scaled dot-product multi-head attention (Vaswani et al. 2017; Bhojanapalli et al. 2020)",
-                  multihead_options()};
+                  multihead_options(),
+                  "O(B h N M (dk + dv)) + projections O(B (N + M) D h (dk + dv))",
+                  "O(B h N M) for the scores and probabilities"};
   s.options.insert(s.options.begin() + 4,
                    {"key_bias", OptionType::Bool, "", "k_proj.bias exists (default = bias); it cannot change the output", {}});
   return s;
@@ -63,18 +65,6 @@ std::string MultiHeadAttention::spec() const {
                      c.gate.kind, c.gate.init, c.gate.temperature, c.gate.gamma, c.gate.zeta, c.gate.hard);
   return s + ")";
 }
-
-namespace {
-
-// Rows [i*d, (i+1)*d) of `w` for every kept head i, along `dim`.
-Tensor take_heads(const Tensor& w, const std::vector<int64_t>& keep, int64_t d, int64_t dim) {
-  std::vector<int64_t> rows;
-  for (int64_t i : keep)
-    for (int64_t r = 0; r < d; ++r) rows.push_back(i * d + r);
-  return kernels::index_select(w, dim, from_vector(rows));
-}
-
-}  // namespace
 
 std::shared_ptr<Attention> MultiHeadAttention::prune_heads(const std::vector<int64_t>& keep) const {
   check_keep(keep, config.heads, "mha");

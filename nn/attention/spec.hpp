@@ -35,6 +35,10 @@ struct VariantSchema {
   std::string name;
   std::string summary;  // one line, with the paper
   std::vector<OptionSchema> options;
+  // Time and memory as functions of N, M, D, h, dk, dv and the variant's options, one line
+  // each (ATTENTION_SPEC.md section 3), e.g. "O(B h N M dk)".
+  std::string time_cost;
+  std::string memory_cost;
 };
 
 // Typed access to a spec's option values, validated against a schema.

@@ -152,14 +152,6 @@ void validate(const SynthesizerConfig& c) {
   }
 }
 
-// Entries [i*d, (i+1)*d) of `w` along `dim` for every kept head i.
-Tensor take_heads(const Tensor& w, const std::vector<int64_t>& keep, int64_t d, int64_t dim) {
-  std::vector<int64_t> rows;
-  for (int64_t i : keep)
-    for (int64_t r = 0; r < d; ++r) rows.push_back(i * d + r);
-  return kernels::index_select(w, dim, from_vector(rows));
-}
-
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
@@ -188,7 +180,9 @@ Tensor HeadwiseLinear::forward(const Tensor& t, int64_t rows) {
 VariantSchema Synthesizer::schema() {
   using T = OptionType;
   VariantSchema s{"synthesizer", "synthetic attention: dense/random/factorized logits (Tay et al. 2020)",
-                  multihead_options()};
+                  multihead_options(),
+                  "O(B h N^2 dv) plus the parts: dense O(B h N dh (D + L)), random O(h N^2), vanilla O(B h N^2 dk)",
+                  "O(B h N^2) plus the parts' parameters (dense h L dh, random h L^2)"};
   for (OptionSchema& o : s.options)
     if (o.name == "key_size") o.doc = "key size dk of the vanilla part (default D/h)";
   s.options.insert(s.options.begin(),

@@ -12,7 +12,9 @@ namespace attnlab::nn {
 VariantSchema TalkingHeadsAttention::schema() {
   using T = OptionType;
   VariantSchema s{"talking_heads", "talking-heads attention: learned mixes across heads (Shazeer et al. 2020)",
-                  multihead_options()};
+                  multihead_options(),
+                  "O(B hk N M dk + B N M (hk h + h hv) + B hv N M dv)",
+                  "O(B (hk + h + hv) N M)"};
   s.options[0].doc = "number of softmax heads h";
   s.options.insert(s.options.begin() + 1,
                    {{"logit_heads", T::Int, "", "heads hk of the q/k projections and logits (default h)", {}},
@@ -50,14 +52,6 @@ Tensor mix_init(int64_t rows, int64_t cols) {
   Tensor w = empty({rows, cols});
   init::normal_(w, 0.0, 1.0 / std::sqrt(double(rows)));
   return w;
-}
-
-// Entries [i*d, (i+1)*d) of `w` along `dim` for every kept head i, in `keep`'s order.
-Tensor take_heads(const Tensor& w, const std::vector<int64_t>& keep, int64_t d, int64_t dim) {
-  std::vector<int64_t> idx;
-  for (int64_t i : keep)
-    for (int64_t r = 0; r < d; ++r) idx.push_back(i * d + r);
-  return kernels::index_select(w, dim, from_vector(idx));
 }
 
 }  // namespace

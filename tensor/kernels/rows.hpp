@@ -63,9 +63,12 @@ T sum_row(const T* p, int64_t R) {
     T lane[kLanes] = {};
     for (; r + kLanes <= R; r += kLanes)
       for (int l = 0; l < kLanes; ++l) lane[l] += p[r + l];
-    for (int w = kLanes / 2; w >= 1; w /= 2)  // pairwise
-      for (int l = 0; l < w; ++l) lane[l] += lane[l + w];
-    s = lane[0];
+    // Pairwise, written out so that the compiler unrolls it into vector additions.
+    static_assert(kLanes == 32);
+    for (int l = 0; l < 16; ++l) lane[l] += lane[l + 16];
+    for (int l = 0; l < 8; ++l) lane[l] += lane[l + 8];
+    for (int l = 0; l < 4; ++l) lane[l] += lane[l + 4];
+    s = (lane[0] + lane[2]) + (lane[1] + lane[3]);
   }
   for (; r < R; ++r) s += p[r];
   return s;
@@ -87,9 +90,18 @@ inline float float_from_key(int32_t k) {
   return f;
 }
 
-// x clamped to [lo, hi] without a branch. NaN comes out as hi or lo: callers test for NaN.
-inline float clamp_branchless(float x, float lo, float hi) {
-  return float_from_key(std::min(std::max(float_key(x), float_key(lo)), float_key(hi)));
+// x with |x| clamped to hi > 0, by an integer min on the magnitude bits (for non-negative floats
+// integer order is float order): a float select would do, but GCC then folds the constant into
+// the arithmetic that follows, splits it into branches and does not vectorise (see float_key).
+// NaN comes out as +-hi: callers test for NaN themselves.
+inline float clamp_abs(float x, float hi) {
+  int32_t b, h;
+  std::memcpy(&b, &x, sizeof b);
+  std::memcpy(&h, &hi, sizeof h);
+  const int32_t r = (b & std::numeric_limits<int32_t>::min()) | std::min(b & 0x7FFFFFFF, h);
+  float out;
+  std::memcpy(&out, &r, sizeof out);
+  return out;
 }
 
 // Maximum of p[0..L), NaN ignored (like the loop m = p[j] > m ? p[j] : m), -inf if nothing is
@@ -132,17 +144,16 @@ inline float select_branchless(bool c, float a, float b) {
   return out;
 }
 
-// exp for float, branch-free so loops over it vectorise (Cephes expf polynomial, about 1 ulp
-// on [-87, 88]); exact 0 below the float range, +inf above it, NaN kept.
-inline float exp_fast(float x) {
-  const float xc = clamp_branchless(x, -87.3365f, 88.7228f);
+// exp(x) for |x| <= 90.25 by the Cephes expf polynomial, about 1 ulp where the result is a
+// normal float; no special cases (exp_fast adds them).
+inline float exp_core(float x) {
   // floor by truncation and an integer correction: GCC vectorises neither std::floor nor a
-  // float select here (it counts both as possibly trapping). Exact, since |t| < 130.
-  const float t = xc * 1.44269504088896341f + 0.5f;
+  // float select here (it counts both as possibly trapping). Exact, since |t| < 131.
+  const float t = x * 1.44269504088896341f + 0.5f;
   int32_t it = static_cast<int32_t>(t);
   it -= static_cast<float>(it) > t;
   const float fx = static_cast<float>(it);
-  float r = xc - fx * 0.693359375f + fx * 2.12194440e-4f;
+  float r = x - fx * 0.693359375f + fx * 2.12194440e-4f;
   float y = 1.9875691500e-4f;
   y = y * r + 1.3981999507e-3f;
   y = y * r + 8.3334519073e-3f;
@@ -151,13 +162,19 @@ inline float exp_fast(float x) {
   y = y * r + 5.0000001201e-1f;
   y = y * r * r + r + 1.0f;
   // 2^fx as two factors: fx reaches 128 for x in (88.38, 88.72], where one factor 2^128 would
-  // overflow to inf although exp(x) itself is finite.
-  const int32_t e = static_cast<int32_t>(fx), e1 = e >> 1;
-  int32_t bits1 = (e1 + 127) << 23, bits2 = (e - e1 + 127) << 23;
+  // overflow to inf although exp(x) itself is finite (and -130 at x = -90.25).
+  const int32_t e1 = it >> 1;
+  int32_t bits1 = (e1 + 127) << 23, bits2 = (it - e1 + 127) << 23;
   float scale1, scale2;
   std::memcpy(&scale1, &bits1, sizeof scale1);
   std::memcpy(&scale2, &bits2, sizeof scale2);
-  y = y * scale1 * scale2;
+  return y * scale1 * scale2;
+}
+
+// exp for float, branch-free so loops over it vectorise; exact 0 below the float range, +inf
+// above it, NaN kept.
+inline float exp_fast(float x) {
+  float y = exp_core(clamp_abs(x, 88.7228f));  // |x| beyond the range is overridden below
   y = select_branchless(x < -87.3365f, 0.0f, y);
   y = select_branchless(x > 88.7228f, INFINITY, y);
   return select_branchless(x != x, x, y);
@@ -170,9 +187,10 @@ inline double exp_fast(double x) { return std::exp(x); }
 // fitted for relative error on [0, 9.5] (1e-8 in exact arithmetic; in float a few 1e-7 for
 // |x| < 4, 1.5e-5 near 9 where erfc is 1e-36; 0 beyond 9.5); erfc(x) = 2 - erfc(-x) for x < 0.
 // GELU uses erfc(-z) for 1 + erf(z): it keeps its relative precision in the negative tail,
-// where 1 + erf(z) cancels.
-inline float erfc_fast(float x) {
-  const float t = clamp_branchless(std::abs(x), 0.0f, 9.5f);
+// where 1 + erf(z) cancels. erfc_finite skips the NaN test (NaN in, a finite value out) for
+// callers that multiply by x anyway; erfc_fast has it.
+inline float erfc_finite(float x) {
+  const float t = std::abs(clamp_abs(x, 9.5f));
   const float u = 1.0f / (1.0f + 0.47f * t);
   float p = -5.467933416e-02f;
   p = p * u + 3.071420789e-01f;
@@ -184,9 +202,11 @@ inline float erfc_fast(float x) {
   p = p * u + 2.691579759e-01f;
   p = p * u + 2.648275793e-01f;
   p = p * u + 1.271377823e-05f;
-  const float e = exp_fast(-t * t) * p;
-  return select_branchless(x != x, x, select_branchless(x < 0.0f, 2.0f - e, e));
+  const float tt = t * t;
+  const float e = select_branchless(tt > 87.3365f, 0.0f, exp_core(-tt)) * p;  // as exp_fast(-tt)
+  return select_branchless(x < 0.0f, 2.0f - e, e);
 }
+inline float erfc_fast(float x) { return select_branchless(x != x, x, erfc_finite(x)); }
 inline double erfc_fast(double x) { return std::erfc(x); }
 
 }  // namespace attnlab::kernels

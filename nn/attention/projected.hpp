@@ -1,0 +1,53 @@
+// The base of the variants that use the standard MHA projections (ATTENTION_SPEC.md section 0,
+// "MHA projections"): most of the efficient family of section 2. A subclass computes the head
+// outputs O (B, h, N, dv) from q, k, v its own way; this class owns everything around that:
+//
+//   q = split(q_proj(x)), k = split(k_proj(c)), v = split(v_proj(c))     (project)
+//   output = out_proj(concat_i(g_i * head_mask_i * O_i))                  (finish)
+//
+// plus the Hard Concrete gates, the head_mask buffer and prune_heads.
+#pragma once
+#include "nn/attention/attention.hpp"
+#include "nn/linear.hpp"
+
+namespace attnlab::nn {
+
+class ProjectedAttention : public Attention {
+ public:
+  // `has_k_proj` = false for shared-QK variants (lsh): no k_proj, project() returns k undefined.
+  ProjectedAttention(std::string variant, int64_t d_model, const HeadConfig& config, bool has_k_proj = true);
+
+  // Generic head pruning: builds the same spec with heads = keep.size() through the registry,
+  // then copies the projections' head rows, out_proj's head columns, head_mask, the gates and
+  // every other tensor through prune_tensor().
+  std::shared_ptr<Attention> prune_heads(const std::vector<int64_t>& keep) const override;
+  const std::string& variant() const { return variant_; }
+
+  HeadConfig config;
+  std::shared_ptr<Linear> q_proj, k_proj, v_proj, out_proj;  // k_proj null without has_k_proj
+  std::shared_ptr<HardConcreteGate> gate;                    // null unless gate=hard_concrete
+  Tensor head_mask;                                          // (h) buffer, ones
+  Generator gen;                                             // attention dropout, seeded draws
+
+ protected:
+  struct Heads {
+    Tensor q;  // (B, h, N, dk), not scaled
+    Tensor k;  // (B, h, M, dk), undefined without k_proj
+    Tensor v;  // (B, h, M, dv)
+  };
+  // x (B, N, D), c (B, M, D) (c = x for self-attention).
+  Heads project(const Tensor& x, const Tensor& c);
+  // o (B, h, N, dv) -> (B, N, D): the per-head gate and head_mask, then out_proj.
+  Tensor finish(const Tensor& o);
+  // The value prune_heads gives the variant's own tensor `name` (not a projection, head_mask or
+  // gate) in the smaller layer. Default: `from` whole when the smaller layer's tensor `to` has
+  // its shape (tensors shared by the heads); head rows (dim 0) when dim 0 is the head count;
+  // otherwise an error. Override for other layouts.
+  virtual Tensor prune_tensor(const std::string& name, const Tensor& from, const Tensor& to,
+                              const std::vector<int64_t>& keep) const;
+
+ private:
+  std::string variant_;
+};
+
+}  // namespace attnlab::nn
