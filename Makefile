@@ -3,11 +3,12 @@
 #   make test            same set-up, then every test through CTest
 #   make test-sanitize   the whole suite under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make bench           attnlab against PyTorch/OpenBLAS on this machine (needs python3-torch)
+#   make bench-lra       every attention variant, N = 1K ... 16K: time and memory against mha
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build demo test test-sanitize bench clean
+.PHONY: all deps build demo test test-sanitize bench bench-lra clean
 
 all: build
 
@@ -34,6 +35,9 @@ test-sanitize: deps
 bench: build
 	sh bench/run.sh $(BUILD)
 	sh bench/run_lm.sh $(BUILD)
+
+bench-lra: build
+	./$(BUILD)/bench/bench_lra --out $(BUILD)/bench
 
 clean:
 	rm -rf $(BUILD) build-sanitize

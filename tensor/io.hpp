@@ -34,4 +34,8 @@ TensorMap load_safetensors(const std::string& path, Metadata* metadata = nullptr
 // to a multiple of 8 bytes, as the reference writer does.
 void save_safetensors(const std::string& path, const TensorMap& tensors, const Metadata& metadata = {});
 
+// Writes `text` to `path` atomically (a temporary file, fsync, rename): a reader sees the old
+// file or the new one, never a half-written one. Errors are FileError naming the path.
+void write_text_atomic(const std::string& path, const std::string& text);
+
 }  // namespace attnlab

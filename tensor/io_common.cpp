@@ -1,6 +1,7 @@
 // File plumbing shared by io_npy.cpp and io_safetensors.cpp: checked reads, atomic writes
 // (temporary file + fsync + rename, the usual POSIX recipe), and element type conversion.
 #include "tensor/io_common.hpp"
+#include "tensor/io.hpp"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -192,3 +193,13 @@ void AtomicWriter::commit() {
 }
 
 }  // namespace attnlab::io_detail
+
+namespace attnlab {
+
+void write_text_atomic(const std::string& path, const std::string& text) {
+  io_detail::AtomicWriter w(path);
+  w.write(text.data(), static_cast<int64_t>(text.size()));
+  w.commit();
+}
+
+}  // namespace attnlab

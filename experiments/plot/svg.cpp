@@ -1,0 +1,143 @@
+#include "experiments/plot/svg.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "tensor/error.hpp"
+#include "tensor/io.hpp"
+
+namespace attnlab::plot {
+namespace {
+
+// Twelve colours that stay distinguishable; series beyond that also get a dash pattern.
+constexpr const char* kColours[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
+                                    "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#393b79", "#637939"};
+constexpr int kNumColours = sizeof(kColours) / sizeof(kColours[0]);
+
+std::string escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+// One axis: data range -> pixel range, linear or log10.
+struct Axis {
+  bool log = false;
+  double lo = 0, hi = 1;  // in axis units (log10 of the data on a log axis)
+  double p0 = 0, p1 = 1;  // pixels
+  bool usable(double v) const { return std::isfinite(v) && (!log || v > 0); }
+  double unit(double v) const { return log ? std::log10(v) : v; }
+  double pixel(double v) const { return p0 + (unit(v) - lo) / (hi - lo) * (p1 - p0); }
+};
+
+// Tick values: decades on a log axis (with 2 and 5 when the range is short), about six round
+// numbers on a linear one.
+std::vector<double> ticks(const Axis& a) {
+  std::vector<double> t;
+  if (a.log) {
+    const bool fine = a.hi - a.lo < 2.5;
+    for (int e = static_cast<int>(std::floor(a.lo)); e <= static_cast<int>(std::ceil(a.hi)); ++e)
+      for (double m : fine ? std::vector<double>{1, 2, 5} : std::vector<double>{1}) {
+        const double v = m * std::pow(10.0, e), u = std::log10(v);
+        if (u >= a.lo - 1e-9 && u <= a.hi + 1e-9) t.push_back(v);
+      }
+    return t;
+  }
+  const double raw = (a.hi - a.lo) / 6, mag = std::pow(10.0, std::floor(std::log10(raw)));
+  const double step = raw / mag < 1.5 ? mag : raw / mag < 3.5 ? 2 * mag : raw / mag < 7.5 ? 5 * mag : 10 * mag;
+  for (double v = std::ceil(a.lo / step) * step; v <= a.hi + step * 1e-9; v += step) t.push_back(v);
+  return t;
+}
+
+std::string label(double v) {
+  if (v != 0 && (std::abs(v) >= 1e5 || std::abs(v) < 1e-3)) return fmt::format("{:.0e}", v);
+  return fmt::format("{:g}", v);
+}
+
+}  // namespace
+
+std::string render_svg(const LineChart& c) {
+  const double left = 70, right = 190, top = 40, bottom = 55;  // margins: the legend sits on the right
+  Axis ax{c.log_x, 0, 0, left, c.width - right}, ay{c.log_y, 0, 0, c.height - bottom, top};
+  double xlo = std::numeric_limits<double>::infinity(), xhi = -xlo, ylo = xlo, yhi = -xlo;
+  for (const Series& s : c.series)
+    for (size_t i = 0; i < s.x.size() && i < s.y.size(); ++i)
+      if (ax.usable(s.x[i]) && ay.usable(s.y[i])) {
+        xlo = std::min(xlo, ax.unit(s.x[i])), xhi = std::max(xhi, ax.unit(s.x[i]));
+        ylo = std::min(ylo, ay.unit(s.y[i])), yhi = std::max(yhi, ay.unit(s.y[i]));
+      }
+  if (!(xlo <= xhi)) xlo = 0, xhi = 1, ylo = 0, yhi = 1;  // nothing to draw: an empty frame
+  auto pad = [](double& lo, double& hi, double frac) {
+    const double span = hi > lo ? hi - lo : std::max(1.0, std::abs(lo));
+    lo -= span * frac, hi += span * frac;
+  };
+  pad(xlo, xhi, 0.03), pad(ylo, yhi, 0.06);
+  ax.lo = xlo, ax.hi = xhi, ay.lo = ylo, ay.hi = yhi;
+
+  std::string out = fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\" "
+      "font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n",
+      c.width, c.height, c.width, c.height);
+  out += fmt::format("<text x=\"{}\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">{}</text>\n",
+                     (ax.p0 + ax.p1) / 2, escape(c.title));
+  // grid and tick labels
+  for (double v : ticks(ax)) {
+    const double x = ax.pixel(v);
+    out += fmt::format("<line x1=\"{:.1f}\" y1=\"{}\" x2=\"{:.1f}\" y2=\"{}\" stroke=\"#ddd\"/>\n", x, ay.p1, x, ay.p0);
+    out += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", x, ay.p0 + 16, label(v));
+  }
+  for (double v : ticks(ay)) {
+    const double y = ay.pixel(v);
+    out += fmt::format("<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\" stroke=\"#ddd\"/>\n", ax.p0, y, ax.p1, y);
+    out += fmt::format("<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">{}</text>\n", ax.p0 - 6, y + 4, label(v));
+  }
+  out += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#333\"/>\n", ax.p0,
+                     ay.p1, ax.p1 - ax.p0, ay.p0 - ay.p1);
+  out += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", (ax.p0 + ax.p1) / 2,
+                     c.height - 14, escape(c.x_label + (c.log_x ? " (log)" : "")));
+  out += fmt::format("<text transform=\"translate(18 {}) rotate(-90)\" text-anchor=\"middle\">{}</text>\n",
+                     (ay.p0 + ay.p1) / 2, escape(c.y_label + (c.log_y ? " (log)" : "")));
+  // series: a polyline per unbroken run of usable points, a dot per point, a legend entry
+  for (size_t k = 0; k < c.series.size(); ++k) {
+    const Series& s = c.series[k];
+    const char* colour = kColours[k % kNumColours];
+    const std::string dash = k >= kNumColours ? " stroke-dasharray=\"6 3\"" : "";
+    std::string run;
+    auto flush = [&] {
+      if (!run.empty())
+        out += fmt::format("<polyline points=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"2\"{}/>\n", run, colour,
+                           dash);
+      run.clear();
+    };
+    for (size_t i = 0; i < s.x.size() && i < s.y.size(); ++i) {
+      if (!ax.usable(s.x[i]) || !ay.usable(s.y[i])) {
+        flush();
+        continue;
+      }
+      const double x = ax.pixel(s.x[i]), y = ay.pixel(s.y[i]);
+      run += fmt::format("{:.1f},{:.1f} ", x, y);
+      out += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3\" fill=\"{}\"/>\n", x, y, colour);
+    }
+    flush();
+    const double ly = top + 10 + 18.0 * static_cast<double>(k);
+    out += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\" stroke-width=\"2\"{}/>\n",
+                       ax.p1 + 14, ly, ax.p1 + 38, ly, colour, dash);
+    out += fmt::format("<text x=\"{}\" y=\"{}\">{}</text>\n", ax.p1 + 44, ly + 4, escape(s.name));
+  }
+  return out + "</svg>\n";
+}
+
+void save_svg(const std::string& path, const LineChart& chart) { write_text_atomic(path, render_svg(chart)); }
+
+}  // namespace attnlab::plot
