@@ -1,7 +1,10 @@
 // A 2-layer causal character language model on the `fortunes` text (Debian package
 // `fortunes`), trained with AdamW; reports validation bits per character.
 //
-//   build/experiments/char_lm [steps=3500] [seed=0] [lr=3e-3]
+//   build/experiments/char_lm [steps=3500] [seed=0] [lr=3e-3] [checkpoint.safetensors]
+//
+// With a checkpoint path, the trained model and its tokenizer are saved there for
+// `attnlab generate --checkpoint PATH`.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -9,6 +12,7 @@
 
 #include "attnlab.hpp"
 #include "experiments/data/text.hpp"
+#include "nn/lm_checkpoint.hpp"
 #include "nn/loss.hpp"
 #include "nn/transformer.hpp"
 #include "optim/adam.hpp"
@@ -81,5 +85,13 @@ int main(int argc, char** argv) {
     }
   }
   std::printf("final validation %.3f bits per character\n", val_bpc(model, text.val, seq_len, 4000));
+  if (argc > 4) {
+    std::string hex;
+    for (unsigned char b : text.byte_of) hex += fmt::format("{:02x}", b);
+    nn::save_causal_lm(argv[4], model,
+                       {{"tokenizer.bytes", hex}, {"tokenizer.unk", text.has_unk ? "true" : "false"},
+                        {"train.steps", std::to_string(steps)}});
+    std::printf("saved %s (attnlab generate --checkpoint %s)\n", argv[4], argv[4]);
+  }
   return 0;
 }

@@ -1,5 +1,6 @@
 #include "nn/transformer.hpp"
 
+#include "autograd/grad_mode.hpp"
 #include "autograd/ops.hpp"
 #include "nn/attention/registry.hpp"
 #include "nn/init.hpp"
@@ -58,6 +59,17 @@ Tensor TransformerBlock::forward(const Tensor& x, const Tensor& mask, bool causa
   if (cross_attn && memory.defined())
     h = (*norm_cross)(h + (*dropout)(cross_attn->forward(h, memory, memory_mask).output));
   return (*norm2)(h + (*dropout)((*ffn)(h)));
+}
+
+Tensor TransformerBlock::forward_step(const Tensor& x_new, AttentionCache& cache) {
+  if (cross_attn) fail<ValueError>("TransformerBlock: forward_step supports blocks without cross-attention only");
+  Tensor h = x_new;  // (B, T, D)
+  if (config.norm_first) {
+    h = h + attn->forward_step((*norm1)(h), cache);
+    return h + (*ffn)((*norm2)(h));
+  }
+  h = (*norm1)(h + attn->forward_step(h, cache));
+  return (*norm2)(h + (*ffn)(h));
 }
 
 Tensor l0_penalty(const Module& model) {
@@ -152,6 +164,32 @@ Tensor CausalLM::forward(const Tensor& tokens) {
   x = (*norm)(x);
   if (config.tie_weights) return matmul(x, transpose(tok_emb->weight, 0, 1));  // (B, N, V)
   return (*lm_head)(x);                                                    // (B, N, V)
+}
+
+LMCache CausalLM::make_cache(int64_t batch) const {
+  if (batch <= 0) fail<ValueError>("CausalLM: make_cache: batch must be positive, got {}", batch);
+  LMCache c;
+  c.batch = batch;
+  for (const ModulePtr& m : *blocks)
+    c.layers.push_back(static_cast<const TransformerBlock&>(*m).attn->make_cache(batch, config.max_len));
+  return c;
+}
+
+Tensor CausalLM::forward_step(const Tensor& tokens_new, LMCache& cache) {
+  check_tokens(tokens_new, config.max_len, "CausalLM");
+  if (is_training()) fail<ValueError>("CausalLM: forward_step is for inference; call eval() first");
+  const int64_t B = tokens_new.size(0), T = tokens_new.size(1);
+  if (B != cache.batch) fail<ShapeError>("CausalLM: forward_step: batch {} but the cache was made for {}", B, cache.batch);
+  if (cache.length + T > config.max_len)
+    fail<ValueError>("CausalLM: forward_step: {} tokens exceed max_len {}", cache.length + T, config.max_len);
+  NoGradGuard no_grad;
+  Tensor x = embedding(tok_emb->weight, tokens_new) + unsqueeze(narrow(pos_emb->weight, 0, cache.length, T), 0);
+  size_t i = 0;
+  for (const ModulePtr& m : *blocks) x = static_cast<TransformerBlock&>(*m).forward_step(x, *cache.layers[i++]);
+  cache.length += T;
+  x = (*norm)(x);
+  if (config.tie_weights) return matmul(x, transpose(tok_emb->weight, 0, 1));  // (B, T, V)
+  return (*lm_head)(x);                                                    // (B, T, V)
 }
 
 // ---------------------------------------------------------------------------

@@ -39,6 +39,9 @@ class TransformerBlock : public Module {
   Tensor forward(const Tensor& x, const Tensor& mask = {}, bool causal = false, const Tensor& memory = {},
                  const Tensor& memory_mask = {});
   std::string type_name() const override { return "TransformerBlock"; }
+  // Incremental causal decoding of a block without cross-attention: x_new (B, T, D) are the
+  // next T positions; `cache` comes from attn->make_cache (see Attention::forward_step).
+  Tensor forward_step(const Tensor& x_new, AttentionCache& cache);
 
   BlockConfig config;
   std::shared_ptr<Attention> attn, cross_attn;
@@ -86,11 +89,23 @@ struct LMConfig {
   bool tie_weights = false;  // lm_head shares tok_emb.weight
 };
 
+// A causal LM's decoding state: one attention cache per block.
+struct LMCache {
+  std::vector<std::unique_ptr<AttentionCache>> layers;
+  int64_t batch = 0;
+  int64_t length = 0;  // tokens consumed so far
+};
+
 class CausalLM : public Module {
  public:
   explicit CausalLM(const LMConfig& config);
   // tokens int64 (B, N) -> logits (B, N, vocab)
   Tensor forward(const Tensor& tokens);
+  // Incremental decoding (eval mode, no gradients): make_cache for `batch` sequences, then
+  // forward_step with the next T tokens (B, T) -> their logits (B, T, vocab), equal to the last
+  // T rows of forward() over every token so far.
+  LMCache make_cache(int64_t batch) const;
+  Tensor forward_step(const Tensor& tokens_new, LMCache& cache);
   std::string type_name() const override { return "CausalLM"; }
 
   LMConfig config;

@@ -65,6 +65,7 @@ void usage() {
       "            lists a layer's parameters and buffers\n"
       "  inspect   run one attention layer on tensors from a safetensors file and write its\n"
       "            output, attention and gradients (attnlab inspect --help)\n"
+      "  generate  sample text from a CausalLM checkpoint (attnlab generate --help)\n"
       "  version   print the version\n");
 }
 
@@ -81,6 +82,7 @@ int main(int argc, char** argv) {
     const std::vector<std::string> rest(argv + 2, argv + argc);
     if (cmd == "variants") return cli::run_variants(rest, std::cout, std::cerr);
     if (cmd == "inspect") return cli::run_inspect(rest, std::cout, std::cerr);
+    if (cmd == "generate") return cli::run_generate(rest, std::cout, std::cerr);
     if (cmd == "version") {
       std::puts("attnlab 0.1.0");
       return 0;

@@ -1,5 +1,6 @@
 #include "nn/attention/attention.hpp"
 
+#include "autograd/grad_mode.hpp"
 #include "autograd/ops.hpp"
 #include "tensor/kernels.hpp"
 
@@ -9,6 +10,28 @@ Tensor Attention::l0_penalty() const {
   for (auto& [name, child] : named_children())
     if (auto gate = std::dynamic_pointer_cast<HardConcreteGate>(child)) return gate->l0_penalty();
   return zeros({});
+}
+
+namespace {
+
+// The default decoding state: every input so far, recomputed over at each step.
+struct InputCache : AttentionCache {
+  Tensor x;  // (B, length, D)
+};
+
+}  // namespace
+
+std::unique_ptr<AttentionCache> Attention::make_cache(int64_t, int64_t) const { return std::make_unique<InputCache>(); }
+
+Tensor Attention::forward_step(const Tensor& x_new, AttentionCache& cache) {
+  auto* c = dynamic_cast<InputCache*>(&cache);
+  if (!c) fail<ValueError>("{}: forward_step got a cache made by another layer", spec());
+  if (is_training()) fail<ValueError>("{}: forward_step is for inference; call eval() first", spec());
+  NoGradGuard no_grad;
+  c->x = c->x.defined() ? cat({c->x, x_new}, 1) : x_new;  // (B, length + T, D)
+  c->length = c->x.size(1);
+  Tensor y = forward(c->x, {}, {}, /*causal=*/true).output;  // (B, length + T, D)
+  return narrow(y, 1, c->length - x_new.size(1), x_new.size(1));
 }
 
 std::vector<OptionSchema> multihead_options() {

@@ -12,6 +12,13 @@
 
 namespace attnlab::nn {
 
+// The state one attention layer keeps between incremental decoding steps (forward_step).
+// Variants with a KV cache or a recurrent state derive from it; the default keeps the inputs.
+struct AttentionCache {
+  virtual ~AttentionCache() = default;
+  int64_t length = 0;  // positions consumed so far
+};
+
 struct AttentionResult {
   Tensor output;     // (B, N, D)
   Tensor attention;  // (B, h, N, M) probabilities, when requested and the variant has them
@@ -31,6 +38,14 @@ class Attention : public Module {
   // A smaller layer with only the heads in `keep` (value heads), equal in output to this layer
   // with the other heads masked out.
   virtual std::shared_ptr<Attention> prune_heads(const std::vector<int64_t>& keep) const = 0;
+  // Incremental causal decoding. make_cache starts an empty state for `batch` sequences of at
+  // most `max_len` positions; forward_step takes the next T positions x_new (B, T, D) and returns
+  // their outputs (B, T, D), equal to the last T rows of a causal forward over every position so
+  // far. The default recomputes that causal forward over the kept inputs (O(N) per new token
+  // for dense attention instead of O(1)); mha overrides it with a KV cache. Runs without
+  // recording gradients.
+  virtual std::unique_ptr<AttentionCache> make_cache(int64_t batch, int64_t max_len) const;
+  virtual Tensor forward_step(const Tensor& x_new, AttentionCache& cache);
   // The spec this layer was built from, with every size pinned (what prune_heads preserves).
   virtual std::string spec() const = 0;
   int64_t d_model() const { return d_model_; }

@@ -21,6 +21,9 @@ class MultiHeadAttention : public Attention {
   std::shared_ptr<Attention> prune_heads(const std::vector<int64_t>& keep) const override;
   std::string spec() const override;
   std::string type_name() const override { return "MultiHeadAttention"; }
+  // A KV cache: K and V of every position so far, (B, h, max_len, dk|dv), appended per step.
+  std::unique_ptr<AttentionCache> make_cache(int64_t batch, int64_t max_len) const override;
+  Tensor forward_step(const Tensor& x_new, AttentionCache& cache) override;
 
   HeadConfig config;
   bool key_bias;

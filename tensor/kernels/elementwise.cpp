@@ -44,9 +44,8 @@ const char* unary_name(Unary op) {
 }
 
 // 1 + erf(z) for GELU: erfc(-z) in float (vectorises, and keeps its precision in the negative
-// tail where 1 + erf(z) cancels), the library erf in double. A NaN z gives a finite value here,
-// but GELU and its derivative multiply by x, which brings the NaN back.
-inline float one_plus_erf(float z) { return erfc_finite(-z); }
+// tail where 1 + erf(z) cancels), the library erf in double.
+inline float one_plus_erf(float z) { return erfc_fast(-z); }
 inline double one_plus_erf(double z) { return 1.0 + std::erf(z); }
 
 template <class T>

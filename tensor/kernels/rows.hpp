@@ -90,20 +90,6 @@ inline float float_from_key(int32_t k) {
   return f;
 }
 
-// x with |x| clamped to hi > 0, by an integer min on the magnitude bits (for non-negative floats
-// integer order is float order): a float select would do, but GCC then folds the constant into
-// the arithmetic that follows, splits it into branches and does not vectorise (see float_key).
-// NaN comes out as +-hi: callers test for NaN themselves.
-inline float clamp_abs(float x, float hi) {
-  int32_t b, h;
-  std::memcpy(&b, &x, sizeof b);
-  std::memcpy(&h, &hi, sizeof h);
-  const int32_t r = (b & std::numeric_limits<int32_t>::min()) | std::min(b & 0x7FFFFFFF, h);
-  float out;
-  std::memcpy(&out, &r, sizeof out);
-  return out;
-}
-
 // Maximum of p[0..L), NaN ignored (like the loop m = p[j] > m ? p[j] : m), -inf if nothing is
 // left. Sixteen lanes of integer keys, so that it vectorises.
 inline float max_row(const float* p, int64_t L) {
@@ -144,40 +130,44 @@ inline float select_branchless(bool c, float a, float b) {
   return out;
 }
 
-// exp(x) for |x| <= 90.25 by the Cephes expf polynomial, about 1 ulp where the result is a
-// normal float; no special cases (exp_fast adds them).
+// exp(x) by the Cephes expf polynomial, about 1 ulp, for x in [-87.3365, 88.7228] (where the
+// result is a normal float); garbage, but no undefined behaviour, outside that range: exp_fast
+// overrides it there. Every step is plain float or integer arithmetic, so that loops over it
+// vectorise (GCC vectorises neither std::floor nor a float-to-int conversion of a possibly
+// out-of-range value, and adds a branch for each float select).
 inline float exp_core(float x) {
-  // floor by truncation and an integer correction: GCC vectorises neither std::floor nor a
-  // float select here (it counts both as possibly trapping). Exact, since |t| < 131.
-  const float t = x * 1.44269504088896341f + 0.5f;
-  int32_t it = static_cast<int32_t>(t);
-  it -= static_cast<float>(it) > t;
-  const float fx = static_cast<float>(it);
-  float r = x - fx * 0.693359375f + fx * 2.12194440e-4f;
+  // n = round(x / ln 2), by adding 1.5 * 2^23: the sum's low mantissa bits then hold n + 2^22
+  // (valid for |n| < 2^22; ties go to even, where Cephes rounds up: the same result to 1 ulp).
+  constexpr float kRound = 12582912.0f;
+  const float s = x * 1.44269504088896341f + kRound;
+  const float fx = s - kRound;
+  const float r = x - fx * 0.693359375f + fx * 2.12194440e-4f;  // x - n ln 2, in two parts
   float y = 1.9875691500e-4f;
   y = y * r + 1.3981999507e-3f;
   y = y * r + 8.3334519073e-3f;
   y = y * r + 4.1665795894e-2f;
   y = y * r + 1.6666665459e-1f;
   y = y * r + 5.0000001201e-1f;
-  y = y * r * r + r + 1.0f;
-  // 2^fx as two factors: fx reaches 128 for x in (88.38, 88.72], where one factor 2^128 would
-  // overflow to inf although exp(x) itself is finite (and -130 at x = -90.25).
-  const int32_t e1 = it >> 1;
-  int32_t bits1 = (e1 + 127) << 23, bits2 = (it - e1 + 127) << 23;
-  float scale1, scale2;
-  std::memcpy(&scale1, &bits1, sizeof scale1);
-  std::memcpy(&scale2, &bits2, sizeof scale2);
-  return y * scale1 * scale2;
+  y = y * r * r + r + 1.0f;  // exp(r), r in [-0.35, 0.35]
+  // y * 2^n by adding n to y's exponent field: shifting s's bits left by 23 leaves n << 23 (the
+  // 2^22 and the exponent bits of s fall off the top). Exact, and within the range above the
+  // exponent stays in 1..254: n = 128 only with y < 1, n = -126 only with y >= 1.
+  int32_t yb, sb;
+  std::memcpy(&yb, &y, sizeof yb);
+  std::memcpy(&sb, &s, sizeof sb);
+  const int32_t out_bits = yb + static_cast<int32_t>(static_cast<uint32_t>(sb) << 23);
+  float out;
+  std::memcpy(&out, &out_bits, sizeof out);
+  return out;
 }
 
 // exp for float, branch-free so loops over it vectorise; exact 0 below the float range, +inf
-// above it, NaN kept.
+// above it, NaN kept. The first select covers both overflow and NaN (!(x <= hi) holds for
+// both), with x * inf being +inf or NaN.
 inline float exp_fast(float x) {
-  float y = exp_core(clamp_abs(x, 88.7228f));  // |x| beyond the range is overridden below
-  y = select_branchless(x < -87.3365f, 0.0f, y);
-  y = select_branchless(x > 88.7228f, INFINITY, y);
-  return select_branchless(x != x, x, y);
+  float y = exp_core(x);
+  y = select_branchless(!(x <= 88.7228f), x * INFINITY, y);
+  return select_branchless(x < -87.3365f, 0.0f, y);
 }
 inline double exp_fast(double x) { return std::exp(x); }
 
@@ -185,12 +175,11 @@ inline double exp_fast(double x) { return std::exp(x); }
 // predicts well: it branches on the range). erfc(t) = exp(-t^2) * erfcx(t) for t = |x|, where
 // erfcx, the scaled complementary error function, is a degree-9 polynomial in u = 1/(1 + 0.47 t)
 // fitted for relative error on [0, 9.5] (1e-8 in exact arithmetic; in float a few 1e-7 for
-// |x| < 4, 1.5e-5 near 9 where erfc is 1e-36; 0 beyond 9.5); erfc(x) = 2 - erfc(-x) for x < 0.
-// GELU uses erfc(-z) for 1 + erf(z): it keeps its relative precision in the negative tail,
-// where 1 + erf(z) cancels. erfc_finite skips the NaN test (NaN in, a finite value out) for
-// callers that multiply by x anyway; erfc_fast has it.
-inline float erfc_finite(float x) {
-  const float t = std::abs(clamp_abs(x, 9.5f));
+// |x| < 4, 1.5e-5 near 9 where erfc is 1e-36; 0 from 9.35 on, where exp(-t^2) leaves the
+// normal floats); erfc(x) = 2 - erfc(-x) for x < 0. NaN gives NaN. GELU uses erfc(-z) for
+// 1 + erf(z): it keeps its relative precision in the negative tail, where 1 + erf(z) cancels.
+inline float erfc_fast(float x) {
+  const float t = std::abs(x);
   const float u = 1.0f / (1.0f + 0.47f * t);
   float p = -5.467933416e-02f;
   p = p * u + 3.071420789e-01f;
@@ -206,7 +195,6 @@ inline float erfc_finite(float x) {
   const float e = select_branchless(tt > 87.3365f, 0.0f, exp_core(-tt)) * p;  // as exp_fast(-tt)
   return select_branchless(x < 0.0f, 2.0f - e, e);
 }
-inline float erfc_fast(float x) { return select_branchless(x != x, x, erfc_finite(x)); }
 inline double erfc_fast(double x) { return std::erfc(x); }
 
 }  // namespace attnlab::kernels

@@ -1,0 +1,99 @@
+// `attnlab generate` on a checkpoint written by nn::save_causal_lm, and the checkpoint itself.
+#include <filesystem>
+#include <sstream>
+
+#include "experiments/cli/commands.hpp"
+#include "helpers.hpp"
+#include "nn/lm_checkpoint.hpp"
+
+using namespace attnlab;
+using testing::error_of;
+
+namespace {
+
+struct Run {
+  int status;
+  std::string out, err;
+};
+
+Run generate(const std::vector<std::string>& args) {
+  std::ostringstream out, err;
+  int status = cli::run_generate(args, out, err);
+  return {status, out.str(), err.str()};
+}
+
+// A small untrained LM over the vocabulary "\nabc" (ids 0..3), saved with its tokenizer.
+std::string checkpoint(const std::string& dir) {
+  nn::LMConfig c;
+  c.block.d_model = 16;
+  c.block.attention = "mha(heads=2)";
+  c.layers = 1;
+  c.vocab_size = 4;
+  c.max_len = 32;
+  manual_seed(1);
+  nn::CausalLM lm(c);
+  const std::string path = dir + "/lm.safetensors";
+  nn::save_causal_lm(path, lm, {{"tokenizer.bytes", "0a616263"}, {"tokenizer.unk", "false"}});
+  return path;
+}
+
+std::string temp_dir() {
+  auto d = std::filesystem::temp_directory_path() / "attnlab_test_generate";
+  std::filesystem::create_directories(d);
+  return d.string();
+}
+
+}  // namespace
+
+TEST_CASE("save_causal_lm and load_causal_lm round-trip the model") {
+  const std::string path = checkpoint(temp_dir());
+  nn::LoadedLM lm = nn::load_causal_lm(path);
+  CHECK(lm.model->config.block.attention.rfind("mha(heads=2", 0) == 0);
+  CHECK(lm.model->config.max_len == 32);
+  CHECK(lm.metadata.at("tokenizer.bytes") == "0a616263");
+  manual_seed(1);
+  nn::LMConfig c = lm.model->config;
+  nn::CausalLM again(c);  // the same seed gives the same weights as the saved model
+  Tensor tokens = from_vector(std::vector<int64_t>{0, 1, 2, 3}, {1, 4});
+  CHECK(testing::allclose(lm.model->forward(tokens), again.forward(tokens)));
+  CHECK_THROWS_AS(nn::save_causal_lm(temp_dir() + "/x.safetensors", again, {{"lm.layers", "3"}}), ValueError);
+}
+
+TEST_CASE("attnlab generate: text out, seeded, cached equals uncached") {
+  const std::string path = checkpoint(temp_dir());
+  Run a = generate({"--checkpoint", path, "--prompt", "ab", "--tokens", "20", "--seed", "3"});
+  REQUIRE(a.status == 0);
+  CHECK(a.out.size() == 2 + 20 + 1);  // prompt, new tokens, newline
+  CHECK(a.out.rfind("ab", 0) == 0);
+  CHECK(a.out.find_first_not_of("\nabc") == std::string::npos);
+  CHECK(a.err.find("tokens/s") != std::string::npos);
+  Run b = generate({"--checkpoint", path, "--prompt", "ab", "--tokens", "20", "--seed", "3", "--no-cache"});
+  CHECK(b.out == a.out);
+  Run c = generate({"--checkpoint", path, "--prompt", "ab", "--tokens", "20", "--seed", "4"});
+  CHECK(c.out != a.out);
+  Run ids = generate({"--checkpoint", path, "--prompt-ids", "1,2", "--tokens", "3", "--temperature", "0"});
+  REQUIRE(ids.status == 0);
+  CHECK(ids.out.rfind("ab", 0) == 0);  // with a tokenizer the output is still text
+}
+
+TEST_CASE("attnlab generate: errors name what is wrong") {
+  const std::string dir = temp_dir(), path = checkpoint(dir);
+  Run missing = generate({"--checkpoint", dir + "/none.safetensors"});
+  CHECK(missing.status == 1);
+  CHECK(missing.err.find("none.safetensors") != std::string::npos);
+  Run bad_byte = generate({"--checkpoint", path, "--prompt", "xyz"});
+  CHECK(bad_byte.status == 1);
+  CHECK(bad_byte.err.find("0x78") != std::string::npos);
+  Run too_long = generate({"--checkpoint", path, "--prompt", "ab", "--tokens", "31"});
+  CHECK(too_long.status == 2);
+  CHECK(too_long.err.find("--tokens must be in [0, 30]") != std::string::npos);
+  Run temp = generate({"--checkpoint", path, "--temperature", "hot"});
+  CHECK(temp.status == 2);
+  CHECK(generate({"--checkpoint", path, "--bogus"}).status == 2);
+  CHECK(generate({"--help"}).status == 0);
+  // a safetensors file that is not a checkpoint
+  save_safetensors(dir + "/plain.safetensors", {{"w", zeros({2})}});
+  Run plain = generate({"--checkpoint", dir + "/plain.safetensors"});
+  CHECK(plain.status == 1);
+  CHECK(plain.err.find("not a CausalLM checkpoint") != std::string::npos);
+}

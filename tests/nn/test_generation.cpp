@@ -1,0 +1,128 @@
+// Incremental decoding (Attention::forward_step, CausalLM::forward_step) and sampling
+// (nn::generate, nn::sample_next).
+#include "helpers.hpp"
+#include "nn/attention/registry.hpp"
+#include "nn/generation.hpp"
+#include "nn/transformer.hpp"
+
+using namespace attnlab;
+using namespace attnlab::testing;
+
+namespace {
+
+nn::LMConfig small_lm(const std::string& attention) {
+  nn::LMConfig c;
+  c.block.d_model = 16;
+  c.block.attention = attention;
+  c.layers = 2;
+  c.vocab_size = 11;
+  c.max_len = 24;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("forward_step in pieces equals the causal forward, with the mha KV cache and the recomputing default") {
+  for (const char* spec : {"mha(heads=2, key_size=3, gate=hard_concrete)", "talking_heads(heads=2, logit_heads=3)"}) {
+    CAPTURE(spec);
+    manual_seed(3);
+    auto attn = nn::make_attention(spec, 8);
+    attn->to(kFloat64);
+    attn->eval();
+    Generator gen(4);
+    Tensor x = randn({2, 6, 8}, gen, kFloat64);
+    Tensor want = attn->forward(x, {}, {}, true).output;  // (2, 6, 8)
+    auto cache = attn->make_cache(2, 10);
+    std::vector<Tensor> parts;
+    int64_t at = 0;
+    for (int64_t t : {3, 1, 2}) {
+      parts.push_back(attn->forward_step(narrow(x, 1, at, t), *cache));
+      at += t;
+    }
+    CHECK(cache->length == 6);
+    CHECK(allclose(cat(parts, 1), want, 1e-12, 1e-12));
+  }
+}
+
+TEST_CASE("forward_step errors: train mode, a foreign cache, a full cache, a wrong batch") {
+  manual_seed(0);
+  auto mha = nn::make_attention("mha(heads=2)", 8);
+  auto th = nn::make_attention("talking_heads(heads=2)", 8);
+  Generator gen(1);
+  Tensor x = randn({1, 3, 8}, gen);
+  auto cache = mha->make_cache(1, 4);
+  CHECK(error_of([&] { mha->forward_step(x, *cache); }).find("eval()") != std::string::npos);
+  mha->eval();
+  th->eval();
+  CHECK(error_of([&] { th->forward_step(x, *cache); }).find("another layer") != std::string::npos);
+  mha->forward_step(x, *cache);
+  CHECK(error_of([&] { mha->forward_step(x, *cache); }).find("exceed the cache's max_len 4") != std::string::npos);
+  auto c2 = mha->make_cache(2, 4);
+  CHECK(error_of([&] { mha->forward_step(x, *c2); }).find("batch 1") != std::string::npos);
+}
+
+TEST_CASE("CausalLM forward_step equals the last rows of forward") {
+  manual_seed(5);
+  nn::CausalLM lm(small_lm("mha(heads=2)"));
+  lm.to(kFloat64);
+  lm.eval();
+  Generator gen(6);
+  Tensor tokens = randint(0, 11, {3, 9}, gen);
+  Tensor want = lm.forward(tokens);  // (3, 9, 11)
+  nn::LMCache cache = lm.make_cache(3);
+  Tensor a = lm.forward_step(narrow(tokens, 1, 0, 5), cache);
+  Tensor b = lm.forward_step(narrow(tokens, 1, 5, 1), cache);
+  Tensor c = lm.forward_step(narrow(tokens, 1, 6, 3), cache);
+  CHECK(cache.length == 9);
+  CHECK(allclose(cat({a, b, c}, 1), want, 1e-12, 1e-12));
+  CHECK(error_of([&] { lm.forward_step(randint(0, 11, {3, 16}, gen), cache); }).find("exceed max_len 24") !=
+        std::string::npos);
+}
+
+TEST_CASE("cached and uncached generation produce identical tokens") {
+  for (const char* spec : {"mha(heads=4)", "talking_heads(heads=2)"}) {
+    for (double temperature : {0.0, 1.0}) {
+      CAPTURE(spec);
+      CAPTURE(temperature);
+      manual_seed(8);
+      nn::CausalLM lm(small_lm(spec));
+      Generator gen(9);
+      Tensor prompt = randint(0, 11, {2, 3}, gen);
+      nn::GenerateOptions o{.max_new_tokens = 20, .temperature = temperature, .top_k = 5, .seed = 42};
+      Tensor cached = nn::generate(lm, prompt, o);
+      o.use_cache = false;
+      Tensor uncached = nn::generate(lm, prompt, o);
+      CHECK(cached.shape() == Dims{2, 23});
+      CHECK(cached.to_vector<int64_t>() == uncached.to_vector<int64_t>());
+      CHECK(lm.is_training());  // the mode is restored
+      // the prompt is kept, and another seed gives other tokens when sampling
+      CHECK(narrow(cached, 1, 0, 3).to_vector<int64_t>() == prompt.to_vector<int64_t>());
+      o.seed = 43;
+      if (temperature > 0) CHECK(nn::generate(lm, prompt, o).to_vector<int64_t>() != uncached.to_vector<int64_t>());
+    }
+  }
+}
+
+TEST_CASE("sample_next: greedy, top-k and the sampling distribution") {
+  Generator gen(0);
+  Tensor logits = t64({0.0, std::log(3.0), -1.0, -50.0, 0.5, 0.2}, {2, 3});
+  CHECK(nn::sample_next(logits, 0.0, 0, gen).to_vector<int64_t>() == std::vector<int64_t>{1, 1});
+  CHECK(nn::sample_next(logits, 1.0, 1, gen).to_vector<int64_t>() == std::vector<int64_t>{1, 1});
+  // Row 0 with top_k = 2: tokens 0 and 1 with probabilities 1/4 and 3/4; token 2 never.
+  Tensor row = t64({0.0, std::log(3.0), -1.0}, {1, 3});
+  int counts[3] = {0, 0, 0};
+  for (int i = 0; i < 4000; ++i) ++counts[nn::sample_next(row, 1.0, 2, gen).to_vector<int64_t>()[0]];
+  CHECK(counts[2] == 0);
+  CHECK(std::abs(counts[1] / 4000.0 - 0.75) < 0.03);  // ~4.5 standard deviations
+  CHECK(error_of([&] { nn::sample_next(row, -1.0, 0, gen); }).find("temperature") != std::string::npos);
+  CHECK(error_of([&] { nn::sample_next(t64({1}, {1}), 1.0, 0, gen); }).find("(B, V)") != std::string::npos);
+}
+
+TEST_CASE("generate rejects a prompt that does not fit") {
+  manual_seed(0);
+  nn::CausalLM lm(small_lm("mha(heads=2)"));
+  Tensor prompt = zeros({1, 20}, kInt64);
+  nn::GenerateOptions o{.max_new_tokens = 5};
+  CHECK(error_of([&] { nn::generate(lm, prompt, o); }).find("exceeds the model's max_len 24") != std::string::npos);
+  CHECK(error_of([&] { nn::generate(lm, zeros({1, 0}, kInt64), o); }).find("P >= 1") != std::string::npos);
+}
