@@ -35,6 +35,7 @@ test-sanitize: deps
 bench: build
 	sh bench/run.sh $(BUILD)
 	sh bench/run_lm.sh $(BUILD)
+	sh bench/run_generate.sh $(BUILD)
 
 bench-lra: build
 	./$(BUILD)/bench/bench_lra --out $(BUILD)/bench

@@ -1,0 +1,42 @@
+// bench_generate: sampling speed of the reference causal LM (4 layers, d=256, 8 heads, vocabulary
+// 256, max_len 512) in attnlab: batch 1, a 1-token prompt, 255 new tokens, temperature 1, with
+// the KV cache and without it. Prints JSON; bench/torch_generate.py does the same in PyTorch
+// (with a hand-written KV cache) and bench/run_generate.sh prints the ratios.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <vector>
+
+#include "attnlab.hpp"
+#include "nn/generation.hpp"
+
+using namespace attnlab;
+
+int main(int argc, char** argv) {
+  const int64_t new_tokens = argc > 1 ? std::atoll(argv[1]) : 255;
+  const int reps = argc > 2 ? std::atoi(argv[2]) : 3;
+  manual_seed(0);
+  nn::LMConfig cfg;
+  cfg.block.d_model = 256;
+  cfg.block.attention = "mha(heads=8)";
+  cfg.layers = 4;
+  cfg.vocab_size = 256;
+  cfg.max_len = 512;
+  nn::CausalLM model(cfg);
+  Tensor prompt = zeros({1, 1}, kInt64);
+  auto rate = [&](bool cache, int r) {
+    std::vector<double> t;
+    for (int i = 0; i < r; ++i) {
+      auto t0 = std::chrono::steady_clock::now();
+      nn::generate(model, prompt, {.max_new_tokens = new_tokens, .temperature = 1.0, .seed = uint64_t(i), .use_cache = cache});
+      t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::sort(t.begin(), t.end());
+    return double(new_tokens) / t[t.size() / 2];
+  };
+  rate(true, 1);  // warm-up
+  const double cached = rate(true, reps), uncached = rate(false, 1);
+  std::printf("{\"cached_tokens_per_s\": %.1f, \"uncached_tokens_per_s\": %.1f, \"new_tokens\": %lld, \"threads\": %d}\n",
+              cached, uncached, (long long)new_tokens, num_threads());
+  return 0;
+}
