@@ -1,7 +1,11 @@
 #include "nn/attention/registry.hpp"
 
 #include "nn/attention/collaborative.hpp"
+#include "nn/attention/compressed.hpp"
+#include "nn/attention/linformer.hpp"
 #include "nn/attention/mha.hpp"
+#include "nn/attention/nystrom.hpp"
+#include "nn/attention/sinkhorn.hpp"
 #include "nn/attention/synthesizer.hpp"
 #include "nn/attention/talking_heads.hpp"
 
@@ -14,6 +18,10 @@ std::vector<Variant>& table() {
       {CollaborativeAttention::schema(), CollaborativeAttention::make},
       {Synthesizer::schema(), Synthesizer::make},
       {TalkingHeadsAttention::schema(), TalkingHeadsAttention::make},
+      {SinkhornAttention::schema(), SinkhornAttention::make},
+      {Linformer::schema(), Linformer::make},
+      {CompressedAttention::schema(), CompressedAttention::make},
+      {NystromAttention::schema(), NystromAttention::make},
   };
   return t;
 }

@@ -1,0 +1,38 @@
+// `linformer`: low-rank attention by projecting keys and values along the sequence (Wang et al.
+// 2020, "Linformer: Self-Attention with Linear Complexity"; ATTENTION_SPEC.md section 2).
+//
+//   K' = proj_k[:, :M] K,  V' = proj_v[:, :M] V      per head; (k, M) x (M, d) -> (k, d)
+//   O_i = softmax(q_i K'_i^T / sqrt(dk)) V'_i           (N, k) scores: O(N k), never N x M
+//   output = out_proj(concat_i(g_i * head_mask_i * O_i))
+//
+// Key masks only: masked keys' rows of K and V are zeroed before projecting, so a query whose
+// every key is masked gets V' = 0 and a zero output. Not causal. No attention probabilities are
+// returned (need_weights gives an undefined tensor): the k projected rows are not keys.
+#pragma once
+#include "nn/attention/projected.hpp"
+
+namespace attnlab::nn {
+
+struct LinformerConfig {
+  int64_t proj_len = 64;  // k
+  int64_t max_len = 512;  // L: the longest key sequence proj_k can take
+  bool share_kv = false;  // share=kv: proj_k projects the values too, and proj_v does not exist
+};
+
+class Linformer : public ProjectedAttention {
+ public:
+  Linformer(int64_t d_model, const HeadConfig& head, const LinformerConfig& settings);
+  static VariantSchema schema();
+  static std::shared_ptr<Attention> make(const Options& options, int64_t d_model);
+
+  AttentionResult forward(const Tensor& x, const Tensor& context = {}, const Tensor& mask = {}, bool causal = false,
+                          bool need_weights = false) override;
+  std::string spec() const override;
+  std::string type_name() const override { return "Linformer"; }
+
+  LinformerConfig settings;
+  Tensor proj_k;  // (k, L)
+  Tensor proj_v;  // (k, L), undefined with share=kv
+};
+
+}  // namespace attnlab::nn
