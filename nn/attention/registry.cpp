@@ -1,6 +1,8 @@
 #include "nn/attention/registry.hpp"
 
+#include "nn/attention/bigbird.hpp"
 #include "nn/attention/collaborative.hpp"
+#include "nn/attention/longformer.hpp"
 #include "nn/attention/mha.hpp"
 #include "nn/attention/synthesizer.hpp"
 #include "nn/attention/talking_heads.hpp"
@@ -14,6 +16,8 @@ std::vector<Variant>& table() {
       {CollaborativeAttention::schema(), CollaborativeAttention::make},
       {Synthesizer::schema(), Synthesizer::make},
       {TalkingHeadsAttention::schema(), TalkingHeadsAttention::make},
+      {Longformer::schema(), Longformer::make},
+      {BigBird::schema(), BigBird::make},
   };
   return t;
 }
