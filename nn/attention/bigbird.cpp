@@ -19,6 +19,8 @@ VariantSchema BigBird::schema() {
                   "O(B (N + M) D h (dk + dv))",
                   "O(B h (N b (window + global + random) + global b M)) for the gathered scores and probabilities, "
                   "O(B h N (window + random) (dk + dv)) for the gathered keys and values"};
+  for (OptionSchema& o : s.options)
+    if (o.name == "causal") o.doc = "not supported: true is an error";
   s.options.push_back({"block", T::Int, "16", "block size b (N must be a multiple)", {}});
   s.options.push_back({"window", T::Int, "3", "window blocks per query block (odd)", {}});
   s.options.push_back({"global", T::Int, "2", "the first g blocks are global", {}});

@@ -171,13 +171,15 @@ BlockResult block_attention(const BlockPattern& p, const BlockInputs& in, const 
   std::vector<Tensor> parts;     // output rows, (rows, B, h*dv) each
   Tensor band_p, rows_p;
   if (nblk > 0) {
+    Tensor kr, vr;  // (M, B, h*dk), (M, B, h*dv) when some gather is shared by the heads
+    if (p.key_heads == 1 || G > 0) kr = rows_major(in.k), vr = rows_major(in.v);
     Tensor qb = permute(reshape(index_select(qr, 0, positions(p.query)), {nblk, b, B, h, dk}),
                         {2, 3, 0, 1, 4});  // (B, h, nblk, b, dk)
     Tensor kb, vb;                         // (B, h, nblk, S, dk), (B, h, nblk, S, dv)
     if (p.key_heads == 1) {
       Tensor idx = positions(p.key);
-      kb = permute(reshape(index_select(rows_major(in.k), 0, idx), {nblk, S, B, h, dk}), {2, 3, 0, 1, 4});
-      vb = permute(reshape(index_select(rows_major(in.v), 0, idx), {nblk, S, B, h, dv}), {2, 3, 0, 1, 4});
+      kb = permute(reshape(index_select(kr, 0, idx), {nblk, S, B, h, dk}), {2, 3, 0, 1, 4});
+      vb = permute(reshape(index_select(vr, 0, idx), {nblk, S, B, h, dv}), {2, 3, 0, 1, 4});
     } else {
       std::vector<int64_t> flat(p.key.size());  // (h, nblk, S): row i*M + m of the (h*M, B, d) table
       for (size_t s = 0; s < flat.size(); ++s)
@@ -190,8 +192,8 @@ BlockResult block_attention(const BlockPattern& p, const BlockInputs& in, const 
     Tensor vg;                                          // (B, h, G, dv)
     if (G > 0) {
       Tensor gidx = from_vector(p.global_keys);
-      Tensor kg = permute(reshape(index_select(rows_major(in.k), 0, gidx), {G, B, h, dk}), {1, 2, 0, 3});  // (B, h, G, dk)
-      vg = permute(reshape(index_select(rows_major(in.v), 0, gidx), {G, B, h, dv}), {1, 2, 0, 3});
+      Tensor kg = permute(reshape(index_select(kr, 0, gidx), {G, B, h, dk}), {1, 2, 0, 3});  // (B, h, G, dk)
+      vg = permute(reshape(index_select(vr, 0, gidx), {G, B, h, dv}), {1, 2, 0, 3});
       Tensor sg = matmul(reshape(qb, {B, h, nblk * b, dk}), transpose(kg, -2, -1));  // (B, h, nblk*b, G)
       scores = cat({scores, reshape(sg, {B, h, nblk, b, G})}, -1);                   // (B, h, nblk, b, S+G)
     }
@@ -240,10 +242,10 @@ VariantSchema Longformer::schema() {
   using T = OptionType;
   VariantSchema s{"longformer", "dilated sliding window plus global positions (Beltagy et al. 2020, Longformer)",
                   multihead_options(),
-                  "O(B h (N (3w + G) + G M) (dk + dv)) + projections O(B (N + M) D h (dk + dv)); G = global positions, "
-                  "w -> max(w, 16); 2w instead of 3w when causal; separate_global adds O(B M D h (dk + dv))",
-                  "O(B h (N (3w + G) + G M)) for the gathered scores and probabilities, O(B h N (dk + dv)) for the "
-                  "gathered keys and values (3x)"};
+                  "O(B h (N (b + 2w + G) + G M) (dk + dv)) + projections O(B (N + M) D h (dk + dv)); b = max(w, 16), "
+                  "G global positions, b + w instead of b + 2w when causal; separate_global adds O(B M D h (dk + dv))",
+                  "O(B h (N (b + 2w + G) + G M)) for the gathered scores and probabilities, O(B h N (b + 2w) / b (dk + dv)) "
+                  "for the gathered keys and values"};
   s.options.push_back({"window", T::Int, "64", "one-sided window w: |n - m| <= w*d", {}});
   s.options.push_back({"dilation", T::Int, "1", "dilation d: also (n - m) mod d == 0", {}});
   s.options.push_back({"global", T::IntList, "", "global positions, e.g. global=0+17 (instead of global_first)", {}});
@@ -292,14 +294,16 @@ BlockPattern Longformer::pattern(int64_t N, int64_t M, bool causal) const {
   const int64_t w = options.window, d = options.dilation;
   BlockPattern p;
   p.n = N, p.m = M;
-  // Global positions >= N are not rows and >= M are not keys (cross-attention on raw indices).
+  // Global positions >= N are ignored (the spec), also as keys when M > N; a global position
+  // g < N is a key only when g < M (cross-attention on raw indices).
   std::vector<int64_t> global = options.global;
   if (!options.global_list)
-    for (int64_t g = 0; g < std::min(options.global_first, std::max(N, M)); ++g) global.push_back(g);
+    for (int64_t g = 0; g < std::min(options.global_first, N); ++g) global.push_back(g);
   std::vector<char> global_key(M, 0);
   for (int64_t g : global) {
+    if (g >= N) continue;
+    p.global_rows.push_back(g);
     if (g < M) global_key[g] = 1, p.global_keys.push_back(g);
-    if (g < N) p.global_rows.push_back(g);
   }
   // Residue class r holds positions r, r + d, r + 2d, ...; within a class the dilated window is
   // a plain band |i - j| <= w of class indices. Each class is cut into blocks of b rows; block t

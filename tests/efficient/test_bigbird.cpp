@@ -73,6 +73,11 @@ TEST_CASE("bigbird matches the dense-masked twin: window, global and random bloc
                      padding_mask(2, 20));
   check_against_twin("bigbird(heads=1, block=4, window=3, global=1, random=2, max_len=64)", 16, 16, {});  // N < max_len
   check_against_twin("bigbird(heads=2, block=2, window=3, global=4, random=1, max_len=16)", 6, 6, {});  // all global
+  Generator g(9);  // a mask per head (1, h, N, M), and an (N, M) mask
+  check_against_twin("bigbird(heads=2, block=2, window=3, global=1, random=1, max_len=16)", 12, 12,
+                     lt(rand({1, 2, 12, 12}, g, kFloat64), 0.6));
+  check_against_twin("bigbird(heads=2, block=2, window=1, global=1, random=2, max_len=16)", 10, 10,
+                     lt(rand({10, 10}, g, kFloat64), 0.6));
 }
 
 TEST_CASE("bigbird cross-attention on raw block indices (N != M, random entries >= M/b ignored)") {

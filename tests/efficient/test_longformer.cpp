@@ -13,15 +13,15 @@ namespace {
 nn::Longformer& as_longformer(const std::shared_ptr<nn::Attention>& a) { return static_cast<nn::Longformer&>(*a); }
 
 // The spec's rule: n or m global, or |n - m| <= w*d and (n - m) mod d == 0; m <= n when causal;
-// then the user's mask. Global positions >= N are not rows, >= M not keys.
-Rule longformer_rule(const nn::Longformer& L, int64_t N, int64_t M, bool causal, const Tensor& mask) {
+// then the user's mask. Global positions >= N are ignored, as rows and as keys.
+Rule longformer_rule(const nn::Longformer& L, int64_t N, bool causal, const Tensor& mask) {
   std::set<int64_t> G(L.options.global.begin(), L.options.global.end());
   if (!L.options.global_list)
     for (int64_t g = 0; g < L.options.global_first; ++g) G.insert(g);
   const int64_t w = L.options.window, d = L.options.dilation;
   auto user = mask_reader(mask);
   return [=](int64_t b, int64_t i, int64_t n, int64_t m) {
-    const bool global = (G.count(n) && n < N) || (G.count(m) && m < M);
+    const bool global = (G.count(n) && n < N) || (G.count(m) && m < N);
     const bool window = std::abs(n - m) <= w * d && (n - m) % d == 0;
     return (global || window) && (!causal || m <= n) && user(b, i, n, m);
   };
@@ -37,6 +37,13 @@ struct Case {
 Tensor make_mask(const std::string& kind, int64_t B, int64_t N, int64_t M, uint64_t seed) {
   if (kind.empty()) return {};
   Generator g(seed);
+  if (kind == "heads" || kind == "2d") {  // (1, 2, N, M) per head, or (N, M)
+    const Dims shape = kind == "2d" ? Dims{N, M} : Dims{1, 2, N, M};
+    auto u = rand(shape, g, kFloat64).to_vector<double>();
+    std::vector<bool> v(u.size());
+    for (size_t i = 0; i < u.size(); ++i) v[i] = u[i] < 0.6;
+    return from_vector(v, shape);
+  }
   if (kind == "padding") {  // (B, 1, 1, M): batch 0 pads its last key, batch 1 its last three
     std::vector<bool> v(B * M, true);
     v[M - 1] = false;
@@ -68,7 +75,7 @@ void check_against_twin(const Case& c) {
   Tensor mask = make_mask(c.mask, B, c.N, M, 5);
   const bool causal = c.causal_arg || L.config.causal;
   auto r = a->forward(x, ctx, mask, c.causal_arg, true);
-  Dense want = dense_twin(L, x, c.M ? ctx : x, longformer_rule(L, c.N, M, causal, mask), &L);
+  Dense want = dense_twin(L, x, c.M ? ctx : x, longformer_rule(L, c.N, causal, mask), &L);
   check_close("output", r.output, want.output);
   check_close("attention", r.attention, want.attention);
   for (double v : r.output.to_vector<double>()) REQUIRE(std::isfinite(v));
@@ -87,6 +94,8 @@ TEST_CASE("longformer matches the dense-masked twin: windows, dilations, global 
       {"longformer(heads=2, window=20, global=99+3)", 50, 0, ""},                    // span = whole sequence
       {"longformer(heads=2, window=2, dilation=5, global=1)", 3, 0, ""},             // d > N
       {"longformer(heads=1, window=64)", 5, 0, "rows"},                              // the default window
+      {"longformer(heads=2, window=3, dilation=2, global=7)", 40, 0, "heads"},         // a mask per head
+      {"longformer(heads=2, window=2, global=1, separate_global=true)", 20, 0, "2d"},  // an (N, M) mask
   };
   for (const Case& c : cases) check_against_twin(c);
 }
@@ -118,10 +127,10 @@ TEST_CASE("longformer separate_global: global rows use q_global/k_global/v_globa
   CHECK(make64("longformer(heads=2)")->named_parameters().size() == 8);
 }
 
-TEST_CASE("longformer cross-attention on raw indices, global positions beyond N or M ignored") {
+TEST_CASE("longformer cross-attention on raw indices, global positions >= N ignored") {
   const std::vector<Case> cases = {
-      {"longformer(heads=2, window=1, dilation=2, global=2+7)", 6, 9, "rows"},  // 7: a key, not a row
-      {"longformer(heads=2, window=2, global=1+5, separate_global=true)", 7, 4, "rows"},  // 5: a row, not a key
+      {"longformer(heads=2, window=1, dilation=2, global=2+7)", 6, 9, "rows"},  // 7 >= N: ignored, also as a key
+      {"longformer(heads=2, window=2, global=1+5, separate_global=true)", 7, 4, "rows"},  // 5 < N: a row, not a key
       {"longformer(heads=2, window=3, dilation=3, global_first=1)", 40, 25, "padding"},
   };
   for (const Case& c : cases) check_against_twin(c);
@@ -160,6 +169,19 @@ TEST_CASE("longformer with every position global equals mha (copied weights), ca
     check_close("output", r1.output, r2.output);
     check_close("attention", r1.attention, r2.attention);
   }
+}
+
+TEST_CASE("longformer attention dropout acts in train mode only") {
+  auto a = make64("longformer(heads=2, window=2, global=0, attn_dropout=0.5)");
+  Generator g(5);
+  Tensor x = randn({2, 20, 8}, g, kFloat64);
+  a->eval();
+  Tensor e1 = a->forward(x).output, e2 = a->forward(x).output;
+  check_close("eval", e1, e2);
+  a->train();
+  Tensor t1 = a->forward(x).output;
+  CHECK_FALSE(allclose(t1, e1, 1e-6, 1e-6));
+  for (double v : t1.to_vector<double>()) CHECK(std::isfinite(v));
 }
 
 TEST_CASE("longformer gradcheck: every option combination") {
