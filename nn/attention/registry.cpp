@@ -1,8 +1,10 @@
 #include "nn/attention/registry.hpp"
 
+#include "nn/attention/bigbird.hpp"
 #include "nn/attention/collaborative.hpp"
 #include "nn/attention/compressed.hpp"
 #include "nn/attention/linformer.hpp"
+#include "nn/attention/longformer.hpp"
 #include "nn/attention/mha.hpp"
 #include "nn/attention/nystrom.hpp"
 #include "nn/attention/sinkhorn.hpp"
@@ -22,6 +24,8 @@ std::vector<Variant>& table() {
       {Linformer::schema(), Linformer::make},
       {CompressedAttention::schema(), CompressedAttention::make},
       {NystromAttention::schema(), NystromAttention::make},
+      {Longformer::schema(), Longformer::make},
+      {BigBird::schema(), BigBird::make},
   };
   return t;
 }

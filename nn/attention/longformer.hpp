@@ -1,0 +1,92 @@
+// `longformer` (Beltagy, Peters, Cohan 2020, "Longformer: The Long-Document Transformer";
+// ATTENTION_SPEC.md section 2): a dilated sliding window plus global positions.
+//
+//   allowed[n, m] = n in G  or  m in G  or  (|n - m| <= w*d  and  (n - m) mod d == 0)
+//   (and m <= n when causal, and the user's mask)
+//
+// With separate_global the rows n in G use their own projections q_global, k_global, v_global
+// against every key; the other rows use q_proj/k_proj/v_proj for all their keys, G included.
+//
+// This header also owns the gathered-block core that `bigbird` shares (the formulation of the
+// BigBird and Longformer reference code): queries are grouped into blocks of b rows; each block
+// gathers the S keys its rows may need into (B, h, blocks, S, d) with index_select, scores are
+// one batched matmul (B, h, blocks, b, S), the exact element-level rule is a bool mask over those
+// gathered scores, and one softmax per query row runs over the gathered keys plus the global
+// keys. Global query rows are a small dense (rows x M) computation. Cost O(N (S + G)) instead of
+// O(N M); no N x M tensor exists unless the densified probabilities are requested.
+#pragma once
+#include <vector>
+
+#include "nn/attention/projected.hpp"
+
+namespace attnlab::nn {
+
+// A sparse pattern in gathered-block form. Invariants (checked by block_attention):
+// every query position < n that is not a global row appears exactly once in `query`; key
+// positions in `key` are < m, distinct within a block's list, and never in `global_keys`, so
+// no key is counted twice in a row's softmax.
+struct BlockPattern {
+  int64_t n = 0, m = 0;          // query and key lengths
+  int64_t blocks = 0, rows = 0;  // query blocks, rows per block (b)
+  int64_t slots = 0;             // gathered keys per block (S)
+  int64_t key_heads = 1;         // 1, or h when each head gathers other keys (bigbird's random blocks)
+  int64_t max_distance = -1;     // element rule on gathered keys: |n - m| <= max_distance (-1: none)
+  std::vector<int64_t> query;        // (blocks, rows): query position of each block row, -1 = padding
+  std::vector<int64_t> key;          // (key_heads, blocks, slots): key position of each slot, -1 = none
+  std::vector<int64_t> global_keys;  // seen by every block row, after its gathered keys
+  std::vector<int64_t> global_rows;  // query rows computed densely against every key
+};
+
+struct BlockInputs {
+  Tensor q;  // (B, h, N, dk), already scaled
+  Tensor k;  // (B, h, M, dk)
+  Tensor v;  // (B, h, M, dv)
+  // What the global rows use: q_rows (B, h, R, dk) scaled, for pattern.global_rows in order,
+  // against k_rows (B, h, M, dk) and v_rows (B, h, M, dv). Undefined: rows of q, and k, v.
+  Tensor q_rows, k_rows, v_rows;
+};
+
+struct BlockResult {
+  Tensor o;          // (B, h, N, dv)
+  Tensor attention;  // (B, h, N, M) densified probabilities (no gradient), with need_weights
+};
+
+// Softmax attention over the pattern, with `mask` (bool, broadcastable to (B, h, N, M)) read at
+// the gathered positions, m <= n when causal, and attention dropout in train mode.
+BlockResult block_attention(const BlockPattern& pattern, const BlockInputs& in, const Tensor& mask, bool causal,
+                            double dropout, bool training, Generator& gen, bool need_weights, const char* variant);
+
+// ---- longformer ----
+
+struct LongformerConfig {
+  int64_t window = 64;                 // w
+  int64_t dilation = 1;                // d
+  std::vector<int64_t> global;         // global=...: sorted, distinct positions
+  bool global_list = false;            // given as global=... (else global_first)
+  int64_t global_first = 1;            // global_first=g: positions 0 .. g-1
+  bool separate_global = false;
+};
+
+class Longformer : public ProjectedAttention {
+ public:
+  Longformer(int64_t d_model, const HeadConfig& heads, const LongformerConfig& config);
+  static VariantSchema schema();
+  static std::shared_ptr<Attention> make(const Options& options, int64_t d_model);
+
+  AttentionResult forward(const Tensor& x, const Tensor& context = {}, const Tensor& mask = {}, bool causal = false,
+                          bool need_weights = false) override;
+  std::string spec() const override;
+  std::string type_name() const override { return "Longformer"; }
+
+  // The gathered-block form of the pattern for N queries and M keys (public for tests).
+  BlockPattern pattern(int64_t n, int64_t m, bool causal) const;
+
+  LongformerConfig options;
+  std::shared_ptr<Linear> q_global, k_global, v_global;  // null unless separate_global
+
+ protected:
+  Tensor prune_tensor(const std::string& name, const Tensor& from, const Tensor& to,
+                      const std::vector<int64_t>& keep) const override;
+};
+
+}  // namespace attnlab::nn
