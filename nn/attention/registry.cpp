@@ -1,7 +1,9 @@
 #include "nn/attention/registry.hpp"
 
 #include "nn/attention/collaborative.hpp"
+#include "nn/attention/lsh.hpp"
 #include "nn/attention/mha.hpp"
+#include "nn/attention/routing.hpp"
 #include "nn/attention/synthesizer.hpp"
 #include "nn/attention/talking_heads.hpp"
 
@@ -14,6 +16,8 @@ std::vector<Variant>& table() {
       {CollaborativeAttention::schema(), CollaborativeAttention::make},
       {Synthesizer::schema(), Synthesizer::make},
       {TalkingHeadsAttention::schema(), TalkingHeadsAttention::make},
+      {LshAttention::schema(), LshAttention::make},
+      {RoutingAttention::schema(), RoutingAttention::make},
   };
   return t;
 }
