@@ -5,8 +5,10 @@
 #include "nn/attention/compressed.hpp"
 #include "nn/attention/linformer.hpp"
 #include "nn/attention/longformer.hpp"
+#include "nn/attention/lsh.hpp"
 #include "nn/attention/mha.hpp"
 #include "nn/attention/nystrom.hpp"
+#include "nn/attention/routing.hpp"
 #include "nn/attention/sinkhorn.hpp"
 #include "nn/attention/synthesizer.hpp"
 #include "nn/attention/talking_heads.hpp"
@@ -26,6 +28,8 @@ std::vector<Variant>& table() {
       {NystromAttention::schema(), NystromAttention::make},
       {Longformer::schema(), Longformer::make},
       {BigBird::schema(), BigBird::make},
+      {LshAttention::schema(), LshAttention::make},
+      {RoutingAttention::schema(), RoutingAttention::make},
   };
   return t;
 }
