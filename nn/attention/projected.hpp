@@ -42,7 +42,9 @@ class ProjectedAttention : public Attention {
   // The value prune_heads gives the variant's own tensor `name` (not a projection, head_mask or
   // gate) in the smaller layer. Default: `from` whole when the smaller layer's tensor `to` has
   // its shape (tensors shared by the heads); head rows (dim 0) when dim 0 is the head count;
-  // otherwise an error. Override for other layouts.
+  // otherwise an error. A variant with per-head tensors must override this for them: a `keep`
+  // that lists every head in another order leaves their shape unchanged, and only the variant
+  // knows that they are per head (lsh, routing and bigbird do, and test a reordering keep).
   virtual Tensor prune_tensor(const std::string& name, const Tensor& from, const Tensor& to,
                               const std::vector<int64_t>& keep) const;
 
