@@ -1,6 +1,10 @@
 #include "nn/attention/registry.hpp"
 
 #include "nn/attention/collaborative.hpp"
+#include "nn/attention/fnet.hpp"
+#include "nn/attention/linear_attention.hpp"
+#include "nn/attention/mixer.hpp"
+#include "nn/attention/performer.hpp"
 #include "nn/attention/mha.hpp"
 #include "nn/attention/synthesizer.hpp"
 #include "nn/attention/talking_heads.hpp"
@@ -14,6 +18,10 @@ std::vector<Variant>& table() {
       {CollaborativeAttention::schema(), CollaborativeAttention::make},
       {Synthesizer::schema(), Synthesizer::make},
       {TalkingHeadsAttention::schema(), TalkingHeadsAttention::make},
+      {LinearAttention::schema(), LinearAttention::make},
+      {Performer::schema(), Performer::make},
+      {FNet::schema(), FNet::make},
+      {Mixer::schema(), Mixer::make},
   };
   return t;
 }
