@@ -3,11 +3,15 @@
 #include "nn/attention/bigbird.hpp"
 #include "nn/attention/collaborative.hpp"
 #include "nn/attention/compressed.hpp"
+#include "nn/attention/fnet.hpp"
+#include "nn/attention/linear_attention.hpp"
 #include "nn/attention/linformer.hpp"
 #include "nn/attention/longformer.hpp"
 #include "nn/attention/lsh.hpp"
 #include "nn/attention/mha.hpp"
+#include "nn/attention/mixer.hpp"
 #include "nn/attention/nystrom.hpp"
+#include "nn/attention/performer.hpp"
 #include "nn/attention/routing.hpp"
 #include "nn/attention/sinkhorn.hpp"
 #include "nn/attention/synthesizer.hpp"
@@ -30,6 +34,10 @@ std::vector<Variant>& table() {
       {BigBird::schema(), BigBird::make},
       {LshAttention::schema(), LshAttention::make},
       {RoutingAttention::schema(), RoutingAttention::make},
+      {LinearAttention::schema(), LinearAttention::make},
+      {Performer::schema(), Performer::make},
+      {FNet::schema(), FNet::make},
+      {Mixer::schema(), Mixer::make},
   };
   return t;
 }
