@@ -2,6 +2,7 @@
 
 #include "nn/attention/collaborative.hpp"
 #include "nn/attention/mha.hpp"
+#include "nn/attention/patterns.hpp"
 #include "nn/attention/synthesizer.hpp"
 #include "nn/attention/talking_heads.hpp"
 
@@ -14,6 +15,10 @@ std::vector<Variant>& table() {
       {CollaborativeAttention::schema(), CollaborativeAttention::make},
       {Synthesizer::schema(), Synthesizer::make},
       {TalkingHeadsAttention::schema(), TalkingHeadsAttention::make},
+      {LocalAttention::schema(), LocalAttention::make},
+      {StridedSparseAttention::schema(), StridedSparseAttention::make},
+      {FixedSparseAttention::schema(), FixedSparseAttention::make},
+      {DilatedAttention::schema(), DilatedAttention::make},
   };
   return t;
 }
