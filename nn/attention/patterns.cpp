@@ -268,6 +268,7 @@ std::vector<PatternAttention::Part> StridedSparseAttention::parts(int64_t n, int
   // own index t (causal: the rows before t).
   const Groups gq = by_residue(n, l), gk = by_residue(m, l);
   Part strided;
+  strided.tile = tile_for_band((n + l - 1) / l);  // about one residue class per tile
   strided.q_rows = gq.rows;
   strided.k_rows = gk.rows;
   TilePattern& p = strided.pattern;

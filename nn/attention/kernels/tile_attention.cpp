@@ -283,77 +283,101 @@ void forward_pass(const Ctx<T>& x) {
   });
 }
 
-// dQ, dK, dV from dO (and dlse). D (B*h*N) holds rowsum(dO * O) - dlse.
+// dQ, dK, dV from dO (and dlse). D (B*h*N) holds rowsum(dO * O) - dlse. dQ, dK, dV are
+// contiguous and zero on entry.
+//
+// Two schemes, chosen by the amount of parallel work, with the same arithmetic in the same
+// order (so the result does not depend on the choice):
+//  - fused, when there are at least two (b, h) pairs per thread: one task per (b, h) walks its
+//    query tiles in order and adds every pair's dQ, dK, dV terms (5 products per pair);
+//  - split, otherwise: dQ over (b, h, query tile), then dK and dV over (b, h, key tile) with
+//    the transposed tile list (7 products per pair, but every tile is its own task).
 template <class T>
 void backward_pass(const Ctx<T>& x, const Rows<T>& dO, const T* D, const Rows<T>& dQ, const Rows<T>& dK,
                    const Rows<T>& dV, bool want_q, bool want_kv) {
   const Plan& P = *x.P;
   const int64_t dk = x.dk, dv = x.dv, N = P.N;
   const bool drop = x.dropout > 0;
-  // dS = P * (dP * Z - D) in place of P (r x c).
-  auto d_scores = [&](T* S, const T* dP, const T* Z, int64_t b, int64_t h, int64_t i0, int64_t r, int64_t c) {
+  struct Scratch {
+    std::vector<T> S, dP, Z;
+  };
+  auto scratch = [&] {
+    return Scratch{std::vector<T>(P.TQ * P.TK), std::vector<T>(P.TQ * P.TK), std::vector<T>(drop ? P.TQ * P.TK : 0)};
+  };
+  // One tile pair (query tile t, key tile kt): recompute P, then
+  //   gv (c, dv) += (P * Z)^T dO_t;  dS = P * (dP * Z - D);  gq (r, dk) += dS K_c;  gk (c, dk) += dS^T Q_t
+  // for whichever of gq, gk, gv is given (rows of width dk, dv, dk; unscaled).
+  auto pair = [&](Scratch& s, int64_t b, int64_t h, int64_t t, int64_t kt, T* gq, T* gk, T* gv) {
+    const int64_t i0 = t * P.TQ, r = std::min(P.TQ, N - i0);
+    auto [j0, j1] = P.cols(t, kt);
+    const int64_t c = j1 - j0;
+    T *S = s.S.data(), *dP = s.dP.data(), *Z = drop ? s.Z.data() : nullptr;
+    x.scores(S, b, h, i0, r, j0, c);
+    x.probabilities(S, b, h, i0, r, c);  // P (r, c)
+    if (drop) x.dropout_block(Z, b, h, i0, r, j0, c);
+    if (gv) {
+      const T* PZ = S;
+      if (drop) {
+        for (int64_t a = 0; a < r * c; ++a) dP[a] = S[a] * Z[a];  // P * Z, before dP needs the buffer
+        PZ = dP;
+      }
+      gemm<T>(true, false, c, dv, r, T(1), PZ, c, dO.row(b, h, i0), dO.sr, T(1), gv, dv);
+    }
+    gemm<T>(false, true, r, c, dv, T(1), dO.row(b, h, i0), dO.sr, x.V.row(b, h, j0), x.V.sr, T(0), dP, c);
     const T* Db = D + (b * x.H + h) * N + i0;
     for (int64_t ii = 0; ii < r; ++ii)
       for (int64_t j = 0; j < c; ++j) {
         const int64_t at = ii * c + j;
-        S[at] *= (Z ? dP[at] * Z[at] : dP[at]) - Db[ii];
+        S[at] *= (drop ? dP[at] * Z[at] : dP[at]) - Db[ii];  // dS (r, c)
       }
+    if (gq) gemm<T>(false, false, r, dk, c, T(1), S, c, x.K.row(b, h, j0), x.K.sr, T(1), gq, dk);
+    if (gk) gemm<T>(true, false, c, dk, r, T(1), S, c, x.Q.row(b, h, i0), x.Q.sr, T(1), gk, dk);
   };
+  auto scale_rows = [&](const Rows<T>& g, int64_t b, int64_t h, int64_t i0, int64_t rows, int64_t d) {
+    for (int64_t i = i0; i < i0 + rows; ++i) {
+      T* row = g.row(b, h, i);
+      for (int64_t e = 0; e < d; ++e) row[e] *= x.scale;
+    }
+  };
+
+  if (x.B * x.H >= 2 * int64_t(num_threads())) {
+    parallel_for(x.B * x.H, 1, [&](int64_t t0, int64_t t1) {
+      Scratch s = scratch();
+      for (int64_t task = t0; task < t1; ++task) {
+        const int64_t b = task / x.H, h = task % x.H;
+        for (int64_t t = 0; t < P.nq; ++t)
+          for (int64_t e = P.q2k_off[t]; e < P.q2k_off[t + 1]; ++e) {
+            const int64_t kt = P.q2k[e], j0 = P.cols(t, kt).first;
+            pair(s, b, h, t, kt, want_q ? dQ.row(b, h, t * P.TQ) : nullptr, want_kv ? dK.row(b, h, j0) : nullptr,
+                 want_kv ? dV.row(b, h, j0) : nullptr);
+          }
+        if (want_q) scale_rows(dQ, b, h, 0, N, dk);
+        if (want_kv) scale_rows(dK, b, h, 0, P.M, dk);
+      }
+    });
+    return;
+  }
   if (want_q) {
     parallel_for(x.B * x.H * P.nq, 1, [&](int64_t t0, int64_t t1) {
-      std::vector<T> S(P.TQ * P.TK), dP(P.TQ * P.TK), Z(drop ? P.TQ * P.TK : 0), dq(P.TQ * dk);
+      Scratch s = scratch();
       for (int64_t task = t0; task < t1; ++task) {
         const int64_t b = task / (x.H * P.nq), h = task / P.nq % x.H, t = task % P.nq;
-        const int64_t i0 = t * P.TQ, r = std::min(P.TQ, N - i0);
-        std::fill(dq.begin(), dq.end(), T(0));
-        for (int64_t e = P.q2k_off[t]; e < P.q2k_off[t + 1]; ++e) {
-          auto [j0, j1] = P.cols(t, P.q2k[e]);
-          const int64_t c = j1 - j0;
-          x.scores(S.data(), b, h, i0, r, j0, c);
-          x.probabilities(S.data(), b, h, i0, r, c);                                              // P (r, c)
-          gemm<T>(false, true, r, c, dv, T(1), dO.row(b, h, i0), dO.sr, x.V.row(b, h, j0), x.V.sr, T(0), dP.data(), c);
-          if (drop) x.dropout_block(Z.data(), b, h, i0, r, j0, c);
-          d_scores(S.data(), dP.data(), drop ? Z.data() : nullptr, b, h, i0, r, c);               // dS (r, c)
-          gemm<T>(false, false, r, dk, c, T(1), S.data(), c, x.K.row(b, h, j0), x.K.sr, T(1), dq.data(), dk);
-        }
-        for (int64_t ii = 0; ii < r; ++ii) {
-          T* out = dQ.row(b, h, i0 + ii);
-          for (int64_t d = 0; d < dk; ++d) out[d] = dq[ii * dk + d] * x.scale;
-        }
+        for (int64_t e = P.q2k_off[t]; e < P.q2k_off[t + 1]; ++e)
+          pair(s, b, h, t, P.q2k[e], dQ.row(b, h, t * P.TQ), nullptr, nullptr);
+        scale_rows(dQ, b, h, t * P.TQ, std::min(P.TQ, N - t * P.TQ), dk);
       }
     });
   }
   if (want_kv) {
     parallel_for(x.B * x.H * P.nk, 1, [&](int64_t t0, int64_t t1) {
-      std::vector<T> S(P.TQ * P.TK), dP(P.TQ * P.TK), Z(drop ? P.TQ * P.TK : 0), dka(P.TK * dk), dva(P.TK * dv);
+      Scratch s = scratch();
       for (int64_t task = t0; task < t1; ++task) {
         const int64_t b = task / (x.H * P.nk), h = task / P.nk % x.H, kt = task % P.nk;
-        const int64_t k0 = kt * P.TK, rk = std::min(P.TK, P.M - k0);
-        std::fill(dka.begin(), dka.end(), T(0));
-        std::fill(dva.begin(), dva.end(), T(0));
         for (int64_t e = P.k2q_off[kt]; e < P.k2q_off[kt + 1]; ++e) {
-          const int64_t t = P.k2q[e], i0 = t * P.TQ, r = std::min(P.TQ, N - i0);
-          auto [j0, j1] = P.cols(t, kt);
-          const int64_t c = j1 - j0, off = j0 - k0;
-          x.scores(S.data(), b, h, i0, r, j0, c);
-          x.probabilities(S.data(), b, h, i0, r, c);  // P (r, c)
-          const T* PZ = S.data();
-          if (drop) {
-            x.dropout_block(Z.data(), b, h, i0, r, j0, c);
-            for (int64_t a = 0; a < r * c; ++a) dP[a] = S[a] * Z[a];  // P * Z, before dP needs the buffer
-            PZ = dP.data();
-          }
-          gemm<T>(true, false, c, dv, r, T(1), PZ, c, dO.row(b, h, i0), dO.sr, T(1), dva.data() + off * dv, dv);
-          gemm<T>(false, true, r, c, dv, T(1), dO.row(b, h, i0), dO.sr, x.V.row(b, h, j0), x.V.sr, T(0), dP.data(), c);
-          d_scores(S.data(), dP.data(), drop ? Z.data() : nullptr, b, h, i0, r, c);  // dS (r, c)
-          gemm<T>(true, false, c, dk, r, T(1), S.data(), c, x.Q.row(b, h, i0), x.Q.sr, T(1), dka.data() + off * dk, dk);
+          const int64_t t = P.k2q[e], j0 = P.cols(t, kt).first;
+          pair(s, b, h, t, kt, nullptr, dK.row(b, h, j0), dV.row(b, h, j0));
         }
-        for (int64_t jj = 0; jj < rk; ++jj) {
-          T* gk = dK.row(b, h, k0 + jj);
-          T* gv = dV.row(b, h, k0 + jj);
-          for (int64_t d = 0; d < dk; ++d) gk[d] = dka[jj * dk + d] * x.scale;
-          for (int64_t d = 0; d < dv; ++d) gv[d] = dva[jj * dv + d];
-        }
+        scale_rows(dK, b, h, kt * P.TK, std::min(P.TK, P.M - kt * P.TK), dk);
       }
     });
   }
