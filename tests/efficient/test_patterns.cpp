@@ -205,6 +205,24 @@ TEST_CASE("longer sequences: several tiles per part, every variant at defaults-l
   }
 }
 
+TEST_CASE("float32 layers agree with float64 ones with the same weights") {
+  for (std::string spec : {"local(heads=2, window=7)", "sparse_strided(heads=2, stride=5)",
+                           "sparse_fixed(heads=2, block=6, summary=2)", "dilated(heads=2, window=3, dilation=3)"}) {
+    CAPTURE(spec);
+    manual_seed(3);
+    auto a32 = make_attention(spec, 16), a64 = make_attention(spec, 16);
+    a64->to(kFloat64);
+    TensorMap state;
+    for (auto& [name, t] : a32->state_dict()) state[name] = to(t, kFloat64);
+    a64->load_state_dict(state);
+    Generator g(4);
+    Tensor x = randn({2, 90, 16}, g, kFloat64);
+    Tensor y32 = a32->forward(to(x, kFloat32)).output;
+    CHECK(y32.dtype() == kFloat32);
+    CHECK(allclose(to(y32, kFloat64), a64->forward(x).output, 1e-4, 1e-5));
+  }
+}
+
 TEST_CASE("a query row with no allowed key gives a zero head output (mask, pattern, cross-attention)") {
   auto a = make64("local(heads=2, window=1)");
   auto& pa = projected(a);
