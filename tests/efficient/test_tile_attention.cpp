@@ -214,8 +214,17 @@ TEST_CASE("tile_attention results do not depend on the thread count") {
   auto one = run(false, q, k, v, p, o, go, Tensor());
   set_num_threads(4);  // B h = 4 < 2 threads each: the split backward; one thread: the fused one
   auto many = run(false, q, k, v, p, o, go, Tensor());
-  set_num_threads(before);
   check_same(one, many, 0, 0, false);
+  // only some inputs requiring a gradient, in both schemes
+  for (int threads : {1, 4}) {
+    set_num_threads(threads);
+    Tensor qq = clone(q).requires_grad_(), vv = clone(v).requires_grad_();
+    sum(nn::tile_attention(qq, k, v, p, o).out * go).backward();
+    sum(nn::tile_attention(q, k, vv, p, o).out * go).backward();
+    CHECK(allclose(qq.grad(), one.dq, 0, 0));
+    CHECK(allclose(vv.grad(), one.dv, 0, 0));
+  }
+  set_num_threads(before);
 }
 
 TEST_CASE("tile_attention rejects bad patterns and inputs with clear errors") {
