@@ -11,6 +11,7 @@
 #include "nn/attention/mha.hpp"
 #include "nn/attention/mixer.hpp"
 #include "nn/attention/nystrom.hpp"
+#include "nn/attention/patterns.hpp"
 #include "nn/attention/performer.hpp"
 #include "nn/attention/routing.hpp"
 #include "nn/attention/sinkhorn.hpp"
@@ -22,18 +23,23 @@ namespace {
 
 std::vector<Variant>& table() {
   static std::vector<Variant> t = {
+      // In ATTENTION_SPEC.md order: the multi-head mechanism (section 1), then efficient attention (section 2).
       {MultiHeadAttention::schema(), MultiHeadAttention::make},
+      {TalkingHeadsAttention::schema(), TalkingHeadsAttention::make},
       {CollaborativeAttention::schema(), CollaborativeAttention::make},
       {Synthesizer::schema(), Synthesizer::make},
-      {TalkingHeadsAttention::schema(), TalkingHeadsAttention::make},
-      {SinkhornAttention::schema(), SinkhornAttention::make},
-      {Linformer::schema(), Linformer::make},
-      {CompressedAttention::schema(), CompressedAttention::make},
-      {NystromAttention::schema(), NystromAttention::make},
+      {LocalAttention::schema(), LocalAttention::make},
+      {StridedSparseAttention::schema(), StridedSparseAttention::make},
+      {FixedSparseAttention::schema(), FixedSparseAttention::make},
+      {DilatedAttention::schema(), DilatedAttention::make},
       {Longformer::schema(), Longformer::make},
       {BigBird::schema(), BigBird::make},
       {LshAttention::schema(), LshAttention::make},
       {RoutingAttention::schema(), RoutingAttention::make},
+      {SinkhornAttention::schema(), SinkhornAttention::make},
+      {Linformer::schema(), Linformer::make},
+      {CompressedAttention::schema(), CompressedAttention::make},
+      {NystromAttention::schema(), NystromAttention::make},
       {LinearAttention::schema(), LinearAttention::make},
       {Performer::schema(), Performer::make},
       {FNet::schema(), FNet::make},

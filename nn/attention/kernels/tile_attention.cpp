@@ -1,0 +1,535 @@
+// The tiled attention op (forward, both backward passes) and its naive twin. See
+// tile_attention.hpp for the algorithm; this file adds the tile plan and the loops.
+//
+// Threads (tensor/parallel.hpp): forward and dQ split (b, h, query tile); dK and dV split
+// (b, h, key tile) and visit the query tiles that touch each key tile through the transposed
+// tile list, so every task writes only its own rows and the result does not depend on the
+// thread count. BLAS runs single-threaded inside the tasks.
+#include "nn/attention/kernels/tile_attention.hpp"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+
+#include "autograd/ops.hpp"
+#include "tensor/kernels.hpp"
+#include "tensor/kernels/rows.hpp"
+#include "tensor/parallel.hpp"
+
+namespace attnlab::nn {
+namespace {
+
+namespace tk = attnlab::kernels;
+
+// The validated pattern and the tile pairs it touches; shared by forward and backward.
+struct Plan {
+  int64_t N = 0, M = 0, TQ = 64, TK = 64, nq = 0, nk = 0;
+  std::vector<int64_t> lo, hi, ex_lo, ex_hi, q_pos, k_pos;
+  std::vector<int64_t> tile_lo, tile_hi;  // (nq): the keys query tile t may touch, [tile_lo, tile_hi)
+  std::vector<int64_t> q2k_off, q2k;      // CSR: the key tiles of query tile t
+  std::vector<int64_t> k2q_off, k2q;      // CSR: the query tiles of key tile kt (the transposed list)
+  Tensor mask;                            // 4-d view (B|1, h|1, n_raw|1, m_raw|1), or undefined
+  int64_t ms[4] = {0, 0, 0, 0};           // its strides, 0 along broadcast dims
+
+  int64_t qpos(int64_t i) const { return q_pos.empty() ? i : q_pos[i]; }
+  int64_t kpos(int64_t j) const { return k_pos.empty() ? j : k_pos[j]; }
+  bool has_ex() const { return !ex_lo.empty(); }
+  // The columns [j0, j1) of key tile kt that query tile t computes.
+  std::pair<int64_t, int64_t> cols(int64_t t, int64_t kt) const {
+    return {std::max(kt * TK, tile_lo[t]), std::min((kt + 1) * TK, tile_hi[t])};
+  }
+};
+
+int64_t max_of(const std::vector<int64_t>& v) {
+  int64_t m = -1;
+  for (int64_t x : v) {
+    if (x < 0) fail<ValueError>("tile_attention: pattern positions must be non-negative, got {}", x);
+    m = std::max(m, x);
+  }
+  return m;
+}
+
+std::shared_ptr<const Plan> make_plan(const TilePattern& p, int64_t B, int64_t H, int64_t N, int64_t M,
+                                      const TileOptions& o) {
+  if (o.q_tile <= 0 || o.k_tile <= 0)
+    fail<ValueError>("tile_attention: tile sizes must be positive, got q_tile={} k_tile={}", o.q_tile, o.k_tile);
+  auto need = [](const std::vector<int64_t>& v, int64_t n, const char* name, bool optional) {
+    if ((optional && v.empty()) || int64_t(v.size()) == n) return;
+    fail<ValueError>("tile_attention: pattern.{} has {} entries, expected {}{}", name, v.size(), n,
+                     optional ? " (or none)" : "");
+  };
+  need(p.lo, N, "lo", false);
+  need(p.hi, N, "hi", false);
+  need(p.ex_lo, N, "ex_lo", true);
+  need(p.ex_hi, N, "ex_hi", p.ex_lo.empty());
+  need(p.q_pos, N, "q_pos", true);
+  need(p.k_pos, M, "k_pos", true);
+  auto plan = std::make_shared<Plan>();
+  Plan& P = *plan;
+  P.N = N, P.M = M, P.TQ = o.q_tile, P.TK = o.k_tile;
+  P.nq = (N + P.TQ - 1) / P.TQ;
+  P.nk = (M + P.TK - 1) / P.TK;
+  P.lo = p.lo, P.hi = p.hi, P.ex_lo = p.ex_lo, P.ex_hi = p.ex_hi, P.q_pos = p.q_pos, P.k_pos = p.k_pos;
+  for (int64_t i = 0; i < N; ++i) {
+    if (P.hi[i] < P.lo[i]) P.hi[i] = P.lo[i];  // empty
+    if (P.lo[i] < 0 || P.hi[i] > M)
+      fail<ValueError>("tile_attention: pattern row {} allows keys [{}, {}), outside the {} keys", i, P.lo[i],
+                       P.hi[i], M);
+    if (P.has_ex() && P.ex_hi[i] < P.ex_lo[i]) P.ex_hi[i] = P.ex_lo[i];
+  }
+  const int64_t qmax = max_of(P.q_pos), kmax = max_of(P.k_pos);
+
+  if (p.mask.defined()) {
+    const Tensor& m = p.mask;
+    if (m.dtype() != kBool)
+      fail<DTypeError>("tile_attention: the mask must be bool (true = may attend), got {}", dtype_name(m.dtype()));
+    if (m.dim() > 4) fail<ShapeError>("tile_attention: the mask has {} dims, at most 4 (B, h, N, M)", m.dim());
+    Dims shape = Dims::filled(4, 1), strides = Dims::filled(4, 0);
+    for (int d = 0; d < m.dim(); ++d) {
+      shape[4 - m.dim() + d] = m.size(d);
+      strides[4 - m.dim() + d] = m.size(d) == 1 ? 0 : m.stride(d);
+    }
+    const int64_t rows = qmax >= 0 ? qmax + 1 : N, cols = kmax >= 0 ? kmax + 1 : M;
+    if ((shape[0] != 1 && shape[0] != B) || (shape[1] != 1 && shape[1] != H) || (shape[2] != 1 && shape[2] < rows) ||
+        (shape[3] != 1 && shape[3] < cols))
+      fail<ShapeError>("tile_attention: mask of shape {} does not cover (B={}, h={}, n={}, m={})", to_string(m.shape()),
+                       B, H, rows, cols);
+    P.mask = m.as_strided(shape, strides, m.offset());
+    for (int d = 0; d < 4; ++d) P.ms[d] = strides[d];
+  }
+
+  // Query tile t touches keys [min lo, max hi) over its non-empty rows, cut at key-tile bounds;
+  // a pair (t, kt) is kept only if some row has an allowed key in it.
+  P.tile_lo.assign(P.nq, 0);
+  P.tile_hi.assign(P.nq, 0);
+  P.q2k_off.assign(P.nq + 1, 0);
+  for (int64_t t = 0; t < P.nq; ++t) {
+    const int64_t i0 = t * P.TQ, i1 = std::min(N, i0 + P.TQ);
+    int64_t L = M, R = 0;
+    for (int64_t i = i0; i < i1; ++i)
+      if (P.lo[i] < P.hi[i]) L = std::min(L, P.lo[i]), R = std::max(R, P.hi[i]);
+    if (L < R) {
+      P.tile_lo[t] = L, P.tile_hi[t] = R;
+      for (int64_t kt = L / P.TK; kt * P.TK < R; ++kt) {
+        auto [j0, j1] = P.cols(t, kt);
+        bool useful = false;
+        for (int64_t i = i0; i < i1 && !useful; ++i) {
+          const int64_t a = std::max(P.lo[i], j0), e = std::min(P.hi[i], j1);
+          useful = a < e && !(P.has_ex() && P.ex_lo[i] <= a && P.ex_hi[i] >= e);
+        }
+        if (useful) P.q2k.push_back(kt);
+      }
+    }
+    P.q2k_off[t + 1] = int64_t(P.q2k.size());
+  }
+  P.k2q_off.assign(P.nk + 1, 0);
+  for (int64_t kt : P.q2k) ++P.k2q_off[kt + 1];
+  for (int64_t kt = 0; kt < P.nk; ++kt) P.k2q_off[kt + 1] += P.k2q_off[kt];
+  P.k2q.resize(P.q2k.size());
+  std::vector<int64_t> fill(P.k2q_off.begin(), P.k2q_off.end() - 1);
+  for (int64_t t = 0; t < P.nq; ++t)
+    for (int64_t e = P.q2k_off[t]; e < P.q2k_off[t + 1]; ++e) P.k2q[fill[P.q2k[e]]++] = t;
+  return plan;
+}
+
+// A (B, h, rows, cols) tensor whose rows BLAS reads in place: row (b, h, i) starts at
+// p + b sb + h sh + i sr, elements contiguous.
+template <class T>
+struct Rows {
+  T* p = nullptr;
+  int64_t sb = 0, sh = 0, sr = 0;
+  T* row(int64_t b, int64_t h, int64_t i) const { return p + b * sb + h * sh + i * sr; }
+};
+template <class T>
+Rows<T> rows_of(const Tensor& t, int64_t extra_offset = 0) {
+  return {static_cast<T*>(t.raw_data()) + extra_offset, t.stride(0), t.stride(1), t.stride(2)};
+}
+
+// t itself when its rows are contiguous and do not overlap, else a contiguous copy.
+Tensor blas_ready(const Tensor& t) {
+  const bool ok = t.size(3) == 0 || (t.stride(3) == 1 && (t.size(2) <= 1 || t.stride(2) >= t.size(3)));
+  return ok ? t : tk::contiguous(t);
+}
+
+// C (m x n, ldc) = alpha op(A) op(B) + beta C. beta = 0 is done by memset (see matmul.cpp: it is
+// faster than OpenBLAS's own pass over C).
+template <class T>
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* A, int64_t lda, const T* B,
+          int64_t ldb, T beta, T* C, int64_t ldc) {
+  if (beta == T(0))
+    for (int64_t r = 0; r < m; ++r) std::memset(C + r * ldc, 0, n * sizeof(T));
+  if (k == 0) return;
+  auto tA = ta ? CblasTrans : CblasNoTrans, tB = tb ? CblasTrans : CblasNoTrans;
+  if constexpr (std::is_same_v<T, float>)
+    cblas_sgemm(CblasRowMajor, tA, tB, m, n, k, alpha, A, lda, B, ldb, 1.0f, C, ldc);
+  else
+    cblas_dgemm(CblasRowMajor, tA, tB, m, n, k, alpha, A, lda, B, ldb, 1.0, C, ldc);
+}
+
+template <class T>
+constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+
+// Everything one call shares: sizes, the plan, and the tensors as row views.
+template <class T>
+struct Ctx {
+  const Plan* P;
+  int64_t B, H, dk, dv;
+  T scale;
+  double dropout;
+  uint64_t seed;
+  Rows<T> Q, K, V, O, L;  // L: lse, "rows" of one element (sr = its stride along N)
+  const bool* mask = nullptr;
+
+  // S (r x c, ld c) = scale Q_t K_c^T, then -inf wherever the rule disallows (i0 + ii, j0 + j).
+  void scores(T* S, int64_t b, int64_t h, int64_t i0, int64_t r, int64_t j0, int64_t c) const {
+    gemm<T>(false, true, r, c, dk, scale, Q.row(b, h, i0), Q.sr, K.row(b, h, j0), K.sr, T(0), S, c);
+    const Plan& p = *P;
+    const bool* mbh = mask ? mask + b * p.ms[0] + h * p.ms[1] : nullptr;
+    for (int64_t ii = 0; ii < r; ++ii) {
+      const int64_t i = i0 + ii;
+      T* row = S + ii * c;
+      const int64_t a = std::clamp(p.lo[i] - j0, int64_t{0}, c), e = std::clamp(p.hi[i] - j0, a, c);
+      std::fill(row, row + a, kNegInf<T>);
+      std::fill(row + e, row + c, kNegInf<T>);
+      if (p.has_ex()) {
+        const int64_t xa = std::clamp(p.ex_lo[i] - j0, a, e), xe = std::clamp(p.ex_hi[i] - j0, xa, e);
+        std::fill(row + xa, row + xe, kNegInf<T>);
+      }
+      if (mbh) {
+        const bool* mrow = mbh + p.qpos(i) * p.ms[2];
+        for (int64_t j = a; j < e; ++j)
+          if (!mrow[p.kpos(j0 + j) * p.ms[3]]) row[j] = kNegInf<T>;
+      }
+    }
+  }
+
+  // Dropout multipliers Z (r x c) for the block, keep / (1 - rate).
+  void dropout_block(T* Z, int64_t b, int64_t h, int64_t i0, int64_t r, int64_t j0, int64_t c) const {
+    const T inv = T(1.0 / (1.0 - dropout));
+    for (int64_t ii = 0; ii < r; ++ii) {
+      const uint64_t key = tile_dropout_row_key(seed, b, h, P->qpos(i0 + ii));
+      for (int64_t j = 0; j < c; ++j) Z[ii * c + j] = tile_dropout_keep_key(key, P->kpos(j0 + j), dropout) ? inv : T(0);
+    }
+  }
+
+  // Scores -> probabilities exp(S - lse) in place (0 for disallowed entries and empty rows).
+  void probabilities(T* S, int64_t b, int64_t h, int64_t i0, int64_t r, int64_t c) const {
+    for (int64_t ii = 0; ii < r; ++ii) {
+      T* row = S + ii * c;
+      const T lse = *L.row(b, h, i0 + ii);
+      if (lse == kNegInf<T>) {
+        std::fill(row, row + c, T(0));
+        continue;
+      }
+      for (int64_t j = 0; j < c; ++j) row[j] = tk::exp_fast(row[j] - lse);
+    }
+  }
+};
+
+template <class T>
+void forward_pass(const Ctx<T>& x) {
+  const Plan& P = *x.P;
+  const int64_t per_bh = P.nq, dv = x.dv;
+  parallel_for(x.B * x.H * per_bh, 1, [&](int64_t t0, int64_t t1) {
+    std::vector<T> S(P.TQ * P.TK), acc(P.TQ * dv), mrun(P.TQ), lrun(P.TQ);
+    for (int64_t task = t0; task < t1; ++task) {
+      const int64_t b = task / (x.H * per_bh), h = task / per_bh % x.H, t = task % per_bh;
+      const int64_t i0 = t * P.TQ, r = std::min(P.TQ, P.N - i0);
+      std::fill(acc.begin(), acc.end(), T(0));
+      std::fill(mrun.begin(), mrun.end(), kNegInf<T>);
+      std::fill(lrun.begin(), lrun.end(), T(0));
+      for (int64_t e = P.q2k_off[t]; e < P.q2k_off[t + 1]; ++e) {
+        auto [j0, j1] = P.cols(t, P.q2k[e]);
+        const int64_t c = j1 - j0;
+        x.scores(S.data(), b, h, i0, r, j0, c);  // (r, c)
+        for (int64_t ii = 0; ii < r; ++ii) {
+          T* row = S.data() + ii * c;
+          const T m_new = std::max(mrun[ii], tk::max_row(row, c));
+          if (m_new == kNegInf<T>) {  // nothing allowed yet: keep the row empty, no 0 * inf
+            std::fill(row, row + c, T(0));
+            continue;
+          }
+          const T alpha = std::exp(mrun[ii] - m_new);  // 0 on the first allowed block
+          for (int64_t j = 0; j < c; ++j) row[j] = tk::exp_fast(row[j] - m_new);
+          lrun[ii] = lrun[ii] * alpha + tk::sum_row(row, c);
+          if (alpha != T(1))
+            for (int64_t d = 0; d < dv; ++d) acc[ii * dv + d] *= alpha;
+          mrun[ii] = m_new;
+          if (x.dropout > 0) {  // the normaliser l uses the undropped probabilities
+            const uint64_t key = tile_dropout_row_key(x.seed, b, h, P.qpos(i0 + ii));
+            const T inv = T(1.0 / (1.0 - x.dropout));
+            for (int64_t j = 0; j < c; ++j) row[j] *= tile_dropout_keep_key(key, P.kpos(j0 + j), x.dropout) ? inv : T(0);
+          }
+        }
+        gemm<T>(false, false, r, dv, c, T(1), S.data(), c, x.V.row(b, h, j0), x.V.sr, T(1), acc.data(), dv);
+      }
+      for (int64_t ii = 0; ii < r; ++ii) {
+        T* out = x.O.row(b, h, i0 + ii);
+        T* lse = x.L.row(b, h, i0 + ii);
+        if (lrun[ii] > T(0)) {
+          const T inv = T(1) / lrun[ii];
+          for (int64_t d = 0; d < dv; ++d) out[d] = acc[ii * dv + d] * inv;
+          *lse = mrun[ii] + std::log(lrun[ii]);
+        } else {
+          std::fill(out, out + dv, T(0));
+          *lse = kNegInf<T>;
+        }
+      }
+    }
+  });
+}
+
+// dQ, dK, dV from dO (and dlse). D (B*h*N) holds rowsum(dO * O) - dlse. dQ, dK, dV are
+// contiguous and zero on entry.
+//
+// Two schemes, chosen by the amount of parallel work, with the same arithmetic in the same
+// order (so the result does not depend on the choice):
+//  - fused, when there are at least two (b, h) pairs per thread: one task per (b, h) walks its
+//    query tiles in order and adds every pair's dQ, dK, dV terms (5 products per pair);
+//  - split, otherwise: dQ over (b, h, query tile), then dK and dV over (b, h, key tile) with
+//    the transposed tile list (7 products per pair, but every tile is its own task).
+template <class T>
+void backward_pass(const Ctx<T>& x, const Rows<T>& dO, const T* D, const Rows<T>& dQ, const Rows<T>& dK,
+                   const Rows<T>& dV, bool want_q, bool want_kv) {
+  const Plan& P = *x.P;
+  const int64_t dk = x.dk, dv = x.dv, N = P.N;
+  const bool drop = x.dropout > 0;
+  struct Scratch {
+    std::vector<T> S, dP, Z;
+  };
+  auto scratch = [&] {
+    return Scratch{std::vector<T>(P.TQ * P.TK), std::vector<T>(P.TQ * P.TK), std::vector<T>(drop ? P.TQ * P.TK : 0)};
+  };
+  // One tile pair (query tile t, key tile kt): recompute P, then
+  //   gv (c, dv) += (P * Z)^T dO_t;  dS = P * (dP * Z - D);  gq (r, dk) += dS K_c;  gk (c, dk) += dS^T Q_t
+  // for whichever of gq, gk, gv is given (rows of width dk, dv, dk; unscaled).
+  auto pair = [&](Scratch& s, int64_t b, int64_t h, int64_t t, int64_t kt, T* gq, T* gk, T* gv) {
+    const int64_t i0 = t * P.TQ, r = std::min(P.TQ, N - i0);
+    auto [j0, j1] = P.cols(t, kt);
+    const int64_t c = j1 - j0;
+    T *S = s.S.data(), *dP = s.dP.data(), *Z = drop ? s.Z.data() : nullptr;
+    x.scores(S, b, h, i0, r, j0, c);
+    x.probabilities(S, b, h, i0, r, c);  // P (r, c)
+    if (drop) x.dropout_block(Z, b, h, i0, r, j0, c);
+    if (gv) {
+      const T* PZ = S;
+      if (drop) {
+        for (int64_t a = 0; a < r * c; ++a) dP[a] = S[a] * Z[a];  // P * Z, before dP needs the buffer
+        PZ = dP;
+      }
+      gemm<T>(true, false, c, dv, r, T(1), PZ, c, dO.row(b, h, i0), dO.sr, T(1), gv, dv);
+    }
+    gemm<T>(false, true, r, c, dv, T(1), dO.row(b, h, i0), dO.sr, x.V.row(b, h, j0), x.V.sr, T(0), dP, c);
+    const T* Db = D + (b * x.H + h) * N + i0;
+    for (int64_t ii = 0; ii < r; ++ii)
+      for (int64_t j = 0; j < c; ++j) {
+        const int64_t at = ii * c + j;
+        S[at] *= (drop ? dP[at] * Z[at] : dP[at]) - Db[ii];  // dS (r, c)
+      }
+    if (gq) gemm<T>(false, false, r, dk, c, T(1), S, c, x.K.row(b, h, j0), x.K.sr, T(1), gq, dk);
+    if (gk) gemm<T>(true, false, c, dk, r, T(1), S, c, x.Q.row(b, h, i0), x.Q.sr, T(1), gk, dk);
+  };
+  auto scale_rows = [&](const Rows<T>& g, int64_t b, int64_t h, int64_t i0, int64_t rows, int64_t d) {
+    for (int64_t i = i0; i < i0 + rows; ++i) {
+      T* row = g.row(b, h, i);
+      for (int64_t e = 0; e < d; ++e) row[e] *= x.scale;
+    }
+  };
+
+  if (x.B * x.H >= 2 * int64_t(num_threads())) {
+    parallel_for(x.B * x.H, 1, [&](int64_t t0, int64_t t1) {
+      Scratch s = scratch();
+      for (int64_t task = t0; task < t1; ++task) {
+        const int64_t b = task / x.H, h = task % x.H;
+        for (int64_t t = 0; t < P.nq; ++t)
+          for (int64_t e = P.q2k_off[t]; e < P.q2k_off[t + 1]; ++e) {
+            const int64_t kt = P.q2k[e], j0 = P.cols(t, kt).first;
+            pair(s, b, h, t, kt, want_q ? dQ.row(b, h, t * P.TQ) : nullptr, want_kv ? dK.row(b, h, j0) : nullptr,
+                 want_kv ? dV.row(b, h, j0) : nullptr);
+          }
+        if (want_q) scale_rows(dQ, b, h, 0, N, dk);
+        if (want_kv) scale_rows(dK, b, h, 0, P.M, dk);
+      }
+    });
+    return;
+  }
+  if (want_q) {
+    parallel_for(x.B * x.H * P.nq, 1, [&](int64_t t0, int64_t t1) {
+      Scratch s = scratch();
+      for (int64_t task = t0; task < t1; ++task) {
+        const int64_t b = task / (x.H * P.nq), h = task / P.nq % x.H, t = task % P.nq;
+        for (int64_t e = P.q2k_off[t]; e < P.q2k_off[t + 1]; ++e)
+          pair(s, b, h, t, P.q2k[e], dQ.row(b, h, t * P.TQ), nullptr, nullptr);
+        scale_rows(dQ, b, h, t * P.TQ, std::min(P.TQ, N - t * P.TQ), dk);
+      }
+    });
+  }
+  if (want_kv) {
+    parallel_for(x.B * x.H * P.nk, 1, [&](int64_t t0, int64_t t1) {
+      Scratch s = scratch();
+      for (int64_t task = t0; task < t1; ++task) {
+        const int64_t b = task / (x.H * P.nk), h = task / P.nk % x.H, kt = task % P.nk;
+        for (int64_t e = P.k2q_off[kt]; e < P.k2q_off[kt + 1]; ++e) {
+          const int64_t t = P.k2q[e], j0 = P.cols(t, kt).first;
+          pair(s, b, h, t, kt, nullptr, dK.row(b, h, j0), dV.row(b, h, j0));
+        }
+        scale_rows(dK, b, h, kt * P.TK, std::min(P.TK, P.M - kt * P.TK), dk);
+      }
+    });
+  }
+}
+
+void check_qkv(const Tensor& q, const Tensor& k, const Tensor& v, const char* op) {
+  if (!q.defined() || !k.defined() || !v.defined() || q.dim() != 4 || k.dim() != 4 || v.dim() != 4)
+    fail<ShapeError>("{}: q, k, v must be 4-d (B, h, N, d), got {}, {}, {}", op,
+                     q.defined() ? to_string(q.shape()) : "undefined", k.defined() ? to_string(k.shape()) : "undefined",
+                     v.defined() ? to_string(v.shape()) : "undefined");
+  if (k.size(0) != q.size(0) || v.size(0) != q.size(0) || k.size(1) != q.size(1) || v.size(1) != q.size(1) ||
+      k.size(3) != q.size(3) || v.size(2) != k.size(2))
+    fail<ShapeError>("{}: expected q (B, h, N, dk), k (B, h, M, dk), v (B, h, M, dv); got {}, {}, {}", op,
+                     to_string(q.shape()), to_string(k.shape()), to_string(v.shape()));
+  if (k.dtype() != q.dtype() || v.dtype() != q.dtype())
+    fail<DTypeError>("{}: q, k, v must share a dtype, got {}, {}, {}", op, dtype_name(q.dtype()),
+                     dtype_name(k.dtype()), dtype_name(v.dtype()));
+  if (!q.is_floating_point()) fail<DTypeError>("{}: expected float32 or float64, got {}", op, dtype_name(q.dtype()));
+}
+
+double scale_of(const TileOptions& o, int64_t dk) { return o.scale != 0 ? o.scale : 1.0 / std::sqrt(double(dk)); }
+
+void check_dropout(const TileOptions& o, const char* op) {
+  if (!(o.dropout >= 0 && o.dropout < 1)) fail<ValueError>("{}: dropout must be in [0, 1), got {}", op, o.dropout);
+}
+
+}  // namespace
+
+TileAttentionResult tile_attention(const Tensor& q0, const Tensor& k0, const Tensor& v0, const TilePattern& pattern,
+                                   const TileOptions& opt) {
+  check_qkv(q0, k0, v0, "tile_attention");
+  check_dropout(opt, "tile_attention");
+  const int64_t B = q0.size(0), H = q0.size(1), N = q0.size(2), dk = q0.size(3), M = k0.size(2), dv = v0.size(3);
+  auto plan = make_plan(pattern, B, H, N, M, opt);
+  const double scale = scale_of(opt, dk);
+  Tensor q = blas_ready(q0.detach()), k = blas_ready(k0.detach()), v = blas_ready(v0.detach());
+  const DType dt = q.dtype();
+  // With need_lse, out and lse share one (B, h, N, dv + 1) result, so that one node has both.
+  const int64_t width = opt.need_lse ? dv + 1 : dv;
+  Tensor result = Tensor::empty({B, H, N, width}, dt);               // (B, h, N, dv [+ 1])
+  Tensor lse_store = opt.need_lse ? Tensor() : Tensor::empty({B, H, N}, dt);  // (B, h, N)
+  auto make_ctx = [=](auto tag, const Tensor& res, const Tensor& lse) {
+    using T = decltype(tag);
+    Ctx<T> x{plan.get(), B, H, dk, dv, T(scale), opt.dropout, opt.seed,
+             rows_of<T>(q), rows_of<T>(k), rows_of<T>(v), rows_of<T>(res), {}, nullptr};
+    if (lse.defined())
+      x.L = {static_cast<T*>(lse.raw_data()), lse.stride(0), lse.stride(1), lse.stride(2)};
+    else
+      x.L = rows_of<T>(res, dv);  // column dv of the packed result
+    if (plan->mask.defined()) x.mask = static_cast<const bool*>(plan->mask.raw_data());
+    return x;
+  };
+  dispatch_floating(dt, "tile_attention", [&](auto tag) { forward_pass(make_ctx(tag, result, lse_store)); });
+
+  const bool need_lse = opt.need_lse;
+  Tensor saved = result.detach();
+  auto backward = [q, k, v, saved, lse_store, plan, make_ctx, need_lse, B, H, N, dk, dv, M](
+                      const Tensor& g0, const Tensor&, const Node& node) {
+    const bool want_q = node.needs_grad(0), want_kv = node.needs_grad(1) || node.needs_grad(2);
+    const DType dt = q.dtype();
+    Tensor g = tk::contiguous(g0);  // (B, h, N, dv [+ 1])
+    Tensor dq = want_q ? zeros({B, H, N, dk}, dt) : Tensor();
+    Tensor dkt = want_kv ? zeros({B, H, M, dk}, dt) : Tensor();
+    Tensor dvt = want_kv ? zeros({B, H, M, dv}, dt) : Tensor();
+    dispatch_floating(dt, "tile_attention_backward", [&](auto tag) {
+      using T = decltype(tag);
+      Ctx<T> x = make_ctx(tag, saved, lse_store);
+      Rows<T> dO = rows_of<T>(g);
+      // D_i = rowsum(dO_i * O_i) - dlse_i: the softmax backward's row term, with lse's own
+      // gradient folded in (d lse_i / d S_ij = P_ij).
+      std::vector<T> D(B * H * N);
+      parallel_for(B * H * N, 4096, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+          const int64_t b = r / (H * N), h = r / N % H, i = r % N;
+          const T* go = dO.row(b, h, i);
+          const T* o = x.O.row(b, h, i);
+          T s = 0;
+          for (int64_t d = 0; d < dv; ++d) s += go[d] * o[d];
+          D[r] = need_lse ? s - go[dv] : s;
+        }
+      });
+      Rows<T> none;
+      backward_pass(x, dO, D.data(), want_q ? rows_of<T>(dq) : none, want_kv ? rows_of<T>(dkt) : none,
+                    want_kv ? rows_of<T>(dvt) : none, want_q, want_kv);
+    });
+    return Grads{dq, node.needs_grad(1) ? dkt : Tensor(), node.needs_grad(2) ? dvt : Tensor()};
+  };
+  result = record("tile_attention", result, {q0, k0, v0}, std::move(backward));
+
+  TileAttentionResult out;
+  if (need_lse) {
+    out.out = narrow(result, -1, 0, dv);  // (B, h, N, dv)
+    out.lse = select(result, -1, dv);     // (B, h, N)
+  } else {
+    out.out = result;
+  }
+  return out;
+}
+
+Tensor tile_pattern_dense(const TilePattern& p, int64_t n, int64_t m, int64_t batch, int64_t heads) {
+  auto plan = make_plan(p, batch, heads, n, m, TileOptions{});
+  const Plan& P = *plan;
+  const int64_t Bm = P.mask.defined() ? P.mask.size(0) : 1, Hm = P.mask.defined() ? P.mask.size(1) : 1;
+  Tensor out = zeros({Bm, Hm, n, m}, kBool);  // (B|1, h|1, N, M)
+  bool* po = out.data<bool>();
+  const bool* pm = P.mask.defined() ? static_cast<const bool*>(P.mask.raw_data()) : nullptr;
+  for (int64_t b = 0; b < Bm; ++b)
+    for (int64_t h = 0; h < Hm; ++h)
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = 0; j < m; ++j) {
+          bool ok = j >= P.lo[i] && j < P.hi[i];
+          if (P.has_ex()) ok = ok && !(j >= P.ex_lo[i] && j < P.ex_hi[i]);
+          if (pm) ok = ok && pm[b * P.ms[0] + h * P.ms[1] + P.qpos(i) * P.ms[2] + P.kpos(j) * P.ms[3]];
+          po[((b * Hm + h) * n + i) * m + j] = ok;
+        }
+  return out;
+}
+
+TileAttentionResult tile_attention_reference(const Tensor& q, const Tensor& k, const Tensor& v,
+                                             const TilePattern& pattern, const TileOptions& opt) {
+  check_qkv(q, k, v, "tile_attention_reference");
+  check_dropout(opt, "tile_attention_reference");
+  const int64_t B = q.size(0), H = q.size(1), N = q.size(2), M = k.size(2);
+  const double scale = scale_of(opt, q.size(3));
+  Tensor allowed = tile_pattern_dense(pattern, N, M, B, H);           // (B|1, h|1, N, M)
+  Tensor s = matmul(q, transpose(k, -2, -1)) * scale;                 // (B, h, N, M)
+  Tensor p = softmax(s, -1, allowed);                                 // (B, h, N, M)
+  if (opt.dropout > 0) {
+    std::vector<double> z(B * H * N * M);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t i = 0; i < N; ++i)
+          for (int64_t j = 0; j < M; ++j) {
+            const int64_t n = pattern.q_pos.empty() ? i : pattern.q_pos[i];
+            const int64_t mm = pattern.k_pos.empty() ? j : pattern.k_pos[j];
+            z[((b * H + h) * N + i) * M + j] =
+                tile_dropout_keep(opt.seed, b, h, n, mm, opt.dropout) ? 1.0 / (1.0 - opt.dropout) : 0.0;
+          }
+    p = p * to(from_vector(z, {B, H, N, M}), q.dtype());
+  }
+  TileAttentionResult r;
+  r.out = matmul(p, v);  // (B, h, N, dv)
+  // lse over the allowed entries; a row with none is -inf, with zero gradient (no NaN).
+  Tensor row_any = zeros({allowed.size(0), allowed.size(1), N, 1}, kBool);  // (B|1, h|1, N, 1)
+  {
+    const bool* pa = allowed.data<bool>();
+    bool* pr = row_any.data<bool>();
+    for (int64_t row = 0; row < row_any.numel(); ++row) pr[row] = std::any_of(pa + row * M, pa + (row + 1) * M, [](bool a) { return a; });
+  }
+  Tensor safe = where(row_any, where(allowed, s, -INFINITY), 0.0);    // (B, h, N, M)
+  r.lse = where(squeeze(row_any, -1), logsumexp(safe, {-1}), -INFINITY);  // (B, h, N)
+  return r;
+}
+
+}  // namespace attnlab::nn

@@ -1,0 +1,93 @@
+// Tiled ("flash") attention over a sparse pattern: the kernel behind the positional patterns
+// (local, sparse_strided, sparse_fixed, dilated; ATTENTION_SPEC.md section 2) and the seed of
+// a general flash attention. One differentiable op with a hand-written backward, after
+// Dao et al. 2022 (FlashAttention) and Dao 2023 (FlashAttention-2):
+//
+//   forward, per (batch b, head h, query tile):    for each key tile the pattern can touch
+//     S = scale * Q_t K_c^T                   (BLAS)        // (TQ, TK)
+//     S[i, j] = -inf where the rule disallows (i, j)
+//     online softmax: m_i <- max(m_i, max_j S), l_i <- l_i e^(m_old - m_new) + sum_j e^(S - m_new),
+//                     acc_i <- acc_i e^(m_old - m_new) + (e^(S - m_new) * Z) V_c    (BLAS)
+//     O_i = acc_i / l_i,  lse_i = m_i + log l_i            (a row with no allowed key: O_i = 0, lse_i = -inf)
+//   backward, from the saved lse (no probabilities kept), D_i = rowsum(dO_i * O_i) - dlse_i:
+//     P = e^(S - lse);  dP = (dO V^T) * Z;  dS = P * (dP - D)
+//     dQ += scale dS K  (pass 1: parallel over (b, h, query tile))
+//     dV += (P * Z)^T dO,  dK += scale dS^T Q  (pass 2: parallel over (b, h, key tile), using the
+//                                              transposed tile list, so no two tasks write one row)
+// Z is the attention-dropout multiplier (keep / (1 - rate), or 1). Nothing of size N x M is
+// ever allocated: scratch is a few tiles per task; saved for backward are q, k, v, O, lse.
+//
+// The pattern is data, not code: query row i may attend key rows [lo[i], hi[i]) minus
+// [ex_lo[i], ex_hi[i]), and the user's bool mask read at the raw positions (q_pos[i], k_pos[j])
+// through its broadcast strides. Causality is folded into hi by whoever builds the pattern.
+// Patterns that are not contiguous bands are made so by gathering rows (index_select) before
+// the call; parts with different key sets are merged exactly by their log-sum-exps, which the
+// op can return as a differentiable output (need_lse).
+//
+// tile_attention_reference is the naive twin: the same pattern densified by plain loops into
+// an (N, M) mask and attention composed from autograd primitives. It is the tests' oracle.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "tensor/tensor.hpp"
+
+namespace attnlab::nn {
+
+// Which keys each query row may attend, in the kernel's coordinates (row i of q, row j of k).
+struct TilePattern {
+  std::vector<int64_t> lo, hi;        // (N): row i may attend keys [lo[i], hi[i]) ...
+  std::vector<int64_t> ex_lo, ex_hi;  // (N) or both empty: ... except [ex_lo[i], ex_hi[i])
+  std::vector<int64_t> q_pos;         // (N) or empty (= i): the raw position n of row i
+  std::vector<int64_t> k_pos;         // (M) or empty (= j): the raw position m of key row j
+  Tensor mask;  // bool, broadcastable to (B, h, n_raw, m_raw), true = may attend; read at (q_pos, k_pos)
+};
+
+struct TileOptions {
+  double scale = 0;       // scores are scale * q . k; 0 means 1/sqrt(dk)
+  double dropout = 0;     // attention dropout rate on the probabilities, in [0, 1)
+  uint64_t seed = 0;      // dropout: element (b, h, n, m) is kept iff tile_dropout_keep(...)
+  bool need_lse = false;  // also return lse as a differentiable output
+  int64_t q_tile = 64;    // rows per query tile
+  int64_t k_tile = 64;    // rows per key tile
+};
+
+struct TileAttentionResult {
+  Tensor out;  // (B, h, N, dv)
+  Tensor lse;  // (B, h, N) log sum_j exp(score) over the allowed keys, -inf for an empty row; need_lse only
+};
+
+// q (B, h, N, dk), k (B, h, M, dk), v (B, h, M, dv), float32 or float64, any strides.
+// Differentiable in q, k, v (and through lse when need_lse).
+TileAttentionResult tile_attention(const Tensor& q, const Tensor& k, const Tensor& v, const TilePattern& pattern,
+                                   const TileOptions& options = {});
+
+// The naive twin: dense scores, the pattern as an (N, M) mask, softmax and products composed from
+// autograd ops. Same inputs and outputs (lse always returned). O(N M) memory: tests only.
+TileAttentionResult tile_attention_reference(const Tensor& q, const Tensor& k, const Tensor& v,
+                                             const TilePattern& pattern, const TileOptions& options = {});
+
+// The pattern (and its mask) as a dense bool tensor (B|1, h|1, N, M) in kernel coordinates, by
+// plain loops. `batch`, `heads` are the sizes the mask is broadcast against.
+Tensor tile_pattern_dense(const TilePattern& pattern, int64_t n, int64_t m, int64_t batch, int64_t heads);
+
+// The attention-dropout draw: whether element (b, h, n, m) (raw positions) survives at `rate`.
+// A counter-based hash, so backward recomputes exactly the forward's draws without storing them.
+inline uint64_t tile_mix64(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+inline uint64_t tile_dropout_row_key(uint64_t seed, int64_t b, int64_t h, int64_t n) {
+  return tile_mix64(tile_mix64(tile_mix64(seed + uint64_t(b)) + uint64_t(h)) + uint64_t(n));
+}
+inline bool tile_dropout_keep_key(uint64_t row_key, int64_t m, double rate) {
+  return double(tile_mix64(row_key + uint64_t(m)) >> 11) * 0x1.0p-53 >= rate;
+}
+inline bool tile_dropout_keep(uint64_t seed, int64_t b, int64_t h, int64_t n, int64_t m, double rate) {
+  return tile_dropout_keep_key(tile_dropout_row_key(seed, b, h, n), m, rate);
+}
+
+}  // namespace attnlab::nn

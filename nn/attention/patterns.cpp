@@ -1,0 +1,359 @@
+// local, sparse_strided, sparse_fixed, dilated: each variant's rule, its decomposition into
+// tile_attention parts, and the forward pass they share (project, run the parts, merge by
+// log-sum-exp, finish). Why the decompositions are exact: every part is a disjoint subset of
+// the allowed (n, m) pairs, and a softmax over a union of disjoint key sets is the parts'
+// softmaxes weighted by softmax_p(lse_p).
+#include "nn/attention/patterns.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "autograd/ops.hpp"
+#include "nn/attention/mha.hpp"
+
+namespace attnlab::nn {
+namespace {
+
+// Positions [0, n) grouped by p mod d, increasing inside each group: group r holds kernel rows
+// [start[r], start[r + 1]), and row start[r] + t is position r + t d.
+struct Groups {
+  std::vector<int64_t> rows;   // (n) the position of each kernel row
+  std::vector<int64_t> start;  // (d + 1)
+};
+Groups by_residue(int64_t n, int64_t d) {
+  Groups g;
+  g.rows.reserve(n);
+  g.start.assign(d + 1, 0);
+  for (int64_t r = 0; r < d; ++r) {
+    g.start[r] = int64_t(g.rows.size());
+    for (int64_t p = r; p < n; p += d) g.rows.push_back(p);
+  }
+  g.start[d] = n;
+  return g;
+}
+
+// A band part on identity positions: row n attends [n - before, n + after] within [0, m),
+// and with causal only up to n.
+PatternAttention::Part band_part(int64_t n, int64_t m, int64_t before, int64_t after, bool causal) {
+  PatternAttention::Part part;
+  part.pattern.lo.resize(n);
+  part.pattern.hi.resize(n);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t lo = std::clamp(i - before, int64_t{0}, m);
+    int64_t hi = std::clamp(i + after + 1, lo, m);
+    if (causal) hi = std::max(lo, std::min(hi, i + 1));
+    part.pattern.lo[i] = lo;
+    part.pattern.hi[i] = hi;
+  }
+  return part;
+}
+
+bool all_empty(const TilePattern& p) {
+  for (size_t i = 0; i < p.lo.size(); ++i)
+    if (p.lo[i] < p.hi[i] && !(!p.ex_lo.empty() && p.ex_lo[i] <= p.lo[i] && p.ex_hi[i] >= p.hi[i])) return false;
+  return true;
+}
+
+// Tiles near the band width: a narrow band wastes less of each score tile on small tiles, and
+// a wide one amortises the BLAS calls on large ones.
+int64_t tile_for_band(int64_t width) { return std::clamp<int64_t>(width, 16, 64); }
+
+VariantSchema pattern_schema(std::string name, std::string summary, std::vector<OptionSchema> own, std::string time,
+                             std::string memory, bool causal_default) {
+  VariantSchema s{std::move(name), std::move(summary), multihead_options(), std::move(time), std::move(memory)};
+  for (OptionSchema& o : s.options)
+    if (o.name == "causal" && causal_default) {
+      o.default_value = "true";
+      o.doc = "allow only m <= n (default true for this variant)";
+    }
+  s.options.insert(s.options.begin(), own.begin(), own.end());
+  return s;
+}
+
+int64_t positive(const Options& o, const char* name) {
+  const int64_t v = o.get_int(name);
+  if (v <= 0) o.reject(name, "must be a positive integer");
+  return v;
+}
+
+}  // namespace
+
+// ---- shared forward ----
+
+PatternAttention::PatternAttention(std::string variant, int64_t d_model, const HeadConfig& config)
+    : ProjectedAttention(std::move(variant), d_model, config) {}
+
+AttentionResult PatternAttention::forward(const Tensor& x, const Tensor& context, const Tensor& mask, bool causal,
+                                          bool need_weights) {
+  const char* name = variant().c_str();
+  const bool is_causal = causal || config.causal;
+  const Tensor& c = check_inputs(name, d_model_, x, context, is_causal);
+  const int64_t N = x.size(1), M = c.size(1);
+  check_mask(mask, N, M, name);
+  Heads hd = project(x, c);  // q (B, h, N, dk), k (B, h, M, dk), v (B, h, M, dv)
+
+  std::vector<Part> ps = parts(N, M, is_causal);
+  TileOptions opt;
+  if (is_training() && config.attn_dropout > 0) {
+    opt.dropout = config.attn_dropout;
+    opt.seed = gen.next_u64();  // one draw per call; the same seed in every part keeps them one dropout
+  }
+  opt.need_lse = ps.size() > 1;
+  std::vector<Tensor> outs, lses;
+  for (Part& part : ps) {
+    auto gather = [](const Tensor& t, const std::vector<int64_t>& rows) {
+      return rows.empty() ? t : index_select(t, 2, from_vector(rows));
+    };
+    part.pattern.q_pos = part.q_rows;
+    part.pattern.k_pos = part.k_rows;
+    part.pattern.mask = mask;
+    opt.q_tile = opt.k_tile = part.tile;
+    TileAttentionResult r = tile_attention(gather(hd.q, part.q_rows), gather(hd.k, part.k_rows),
+                                           gather(hd.v, part.k_rows), part.pattern, opt);
+    if (!part.q_rows.empty()) {  // back to position order
+      std::vector<int64_t> inverse(N);
+      for (int64_t i = 0; i < N; ++i) inverse[part.q_rows[i]] = i;
+      r.out = gather(r.out, inverse);
+      if (r.lse.defined()) r.lse = gather(r.lse, inverse);
+    }
+    outs.push_back(r.out);  // (B, h, N, dv)
+    lses.push_back(r.lse);  // (B, h, N)
+  }
+  Tensor o = outs[0];
+  if (outs.size() > 1) {
+    // softmax over the parts' lse; a row that no part allows gets weight 0 everywhere (no NaN).
+    Tensor L = stack(lses, -1);                             // (B, h, N, P)
+    Tensor w = softmax(L, -1, ne(L, -INFINITY));            // (B, h, N, P)
+    for (size_t p = 0; p < outs.size(); ++p) {
+      Tensor term = unsqueeze(select(w, -1, int64_t(p)), -1) * outs[p];  // (B, h, N, dv)
+      o = p == 0 ? term : o + term;
+    }
+  }
+
+  Tensor attention;
+  if (need_weights) {  // densified, O(B h N M): for analysis on small inputs
+    Tensor allowed = zeros({N, M}, kBool);  // (N, M)
+    bool* rule = allowed.data<bool>();
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t m = 0; m < M; ++m) rule[n * M + m] = allows(n, m) && (!is_causal || m <= n);
+    if (mask.defined()) allowed = logical_and(mask, allowed);
+    const double scale = 1.0 / std::sqrt(double(config.key_size));
+    attention = softmax(matmul(hd.q, transpose(hd.k, -2, -1)) * scale, -1, allowed);  // (B, h, N, M)
+  }
+  return {finish(o), attention};
+}
+
+std::string PatternAttention::spec() const {
+  const HeadConfig& c = config;
+  std::string s = fmt::format("{}({}, heads={}, key_size={}, value_size={}, bias={}, causal={}, attn_dropout={}",
+                              variant(), own_options(), c.heads, c.key_size, c.value_size, c.bias, c.causal,
+                              c.attn_dropout);
+  if (c.gate.kind != "none")
+    s += fmt::format(", gate={}, gate_init={}, gate_temperature={}, gate_gamma={}, gate_zeta={}, gate_hard={}",
+                     c.gate.kind, c.gate.init, c.gate.temperature, c.gate.gamma, c.gate.zeta, c.gate.hard);
+  return s + ")";
+}
+
+// ---- local ----
+
+VariantSchema LocalAttention::schema() {
+  return pattern_schema("local", "sliding-window attention |n - m| <= window (Tay et al. 2020, LRA)",
+                        {{"window", OptionType::Int, "64", "w: keys within w positions of the query", {}}},
+                        "O(B h N min(2w+1, M) (dk + dv)) + projections O(B (N + M) D h (dk + dv))",
+                        "O(B h (N + M) (dk + dv)): tiles of the band, never N x M", false);
+}
+
+std::shared_ptr<Attention> LocalAttention::make(const Options& o, int64_t d_model) {
+  HeadConfig c = read_head_config(o, d_model, o.get_int("heads"));
+  return std::make_shared<LocalAttention>(d_model, c, positive(o, "window"));
+}
+
+LocalAttention::LocalAttention(int64_t d_model, const HeadConfig& config, int64_t w)
+    : PatternAttention("local", d_model, config), window(w) {}
+
+bool LocalAttention::allows(int64_t n, int64_t m) const { return std::abs(n - m) <= window; }
+
+std::vector<PatternAttention::Part> LocalAttention::parts(int64_t n, int64_t m, bool causal) const {
+  Part part = band_part(n, m, window, window, causal);
+  part.tile = tile_for_band(window);
+  return {part};
+}
+
+std::string LocalAttention::own_options() const { return fmt::format("window={}", window); }
+
+// ---- dilated ----
+
+VariantSchema DilatedAttention::schema() {
+  return pattern_schema(
+      "dilated", "dilated sliding window |n - m| <= w d, (n - m) mod d == 0 (Beltagy et al. 2020)",
+      {{"window", OptionType::Int, "32", "w: keys per side, counted in steps of d", {}},
+       {"dilation", OptionType::Int, "2", "d: the step between attended keys", {}}},
+      "O(B h N min(2w+1, M/d) (dk + dv)) + projections O(B (N + M) D h (dk + dv))",
+      "O(B h (N + M) (dk + dv)): rows regrouped by n mod d (a copy of q, k, v), never N x M", false);
+}
+
+std::shared_ptr<Attention> DilatedAttention::make(const Options& o, int64_t d_model) {
+  HeadConfig c = read_head_config(o, d_model, o.get_int("heads"));
+  const int64_t w = positive(o, "window"), d = positive(o, "dilation");
+  return std::make_shared<DilatedAttention>(d_model, c, w, d);
+}
+
+DilatedAttention::DilatedAttention(int64_t d_model, const HeadConfig& config, int64_t w, int64_t d)
+    : PatternAttention("dilated", d_model, config), window(w), dilation(d) {}
+
+bool DilatedAttention::allows(int64_t n, int64_t m) const {
+  return std::abs(n - m) <= window * dilation && (n - m) % dilation == 0;
+}
+
+std::vector<PatternAttention::Part> DilatedAttention::parts(int64_t n, int64_t m, bool causal) const {
+  if (dilation == 1) {
+    Part part = band_part(n, m, window, window, causal);
+    part.tile = tile_for_band(window);
+    return {part};
+  }
+  // Inside residue class r, position r + t d is the class's row t, and the rule becomes a band
+  // |t_n - t_m| <= w (causal: t_m <= t_n).
+  const Groups gq = by_residue(n, dilation), gk = by_residue(m, dilation);
+  Part part;
+  part.q_rows = gq.rows;
+  part.k_rows = gk.rows;
+  part.tile = tile_for_band(window);
+  part.pattern.lo.resize(n);
+  part.pattern.hi.resize(n);
+  for (int64_t r = 0; r < dilation; ++r) {
+    const int64_t ks = gk.start[r], kc = gk.start[r + 1] - ks;
+    for (int64_t i = gq.start[r]; i < gq.start[r + 1]; ++i) {
+      const int64_t t = i - gq.start[r];
+      const int64_t lo = std::clamp(t - window, int64_t{0}, kc);
+      int64_t hi = std::clamp(t + window + 1, lo, kc);
+      if (causal) hi = std::max(lo, std::min(hi, t + 1));
+      part.pattern.lo[i] = ks + lo;
+      part.pattern.hi[i] = ks + hi;
+    }
+  }
+  return {part};
+}
+
+std::string DilatedAttention::own_options() const { return fmt::format("window={}, dilation={}", window, dilation); }
+
+// ---- sparse_strided ----
+
+VariantSchema StridedSparseAttention::schema() {
+  return pattern_schema(
+      "sparse_strided", "strided sparse attention |n - m| < l or (n - m) mod l == 0 (Child et al. 2019)",
+      {{"stride", OptionType::Int, "32", "l: the local band width and the stride", {}}},
+      "O(B h N (2l + M/l) (dk + dv)) + projections O(B (N + M) D h (dk + dv))",
+      "O(B h (N + M) (dk + dv)): a band part and one dense part per residue class mod l, never N x M", true);
+}
+
+std::shared_ptr<Attention> StridedSparseAttention::make(const Options& o, int64_t d_model) {
+  HeadConfig c = read_head_config(o, d_model, o.get_int("heads"));
+  return std::make_shared<StridedSparseAttention>(d_model, c, positive(o, "stride"));
+}
+
+StridedSparseAttention::StridedSparseAttention(int64_t d_model, const HeadConfig& config, int64_t l)
+    : PatternAttention("sparse_strided", d_model, config), stride(l) {}
+
+bool StridedSparseAttention::allows(int64_t n, int64_t m) const {
+  return std::abs(n - m) < stride || (n - m) % stride == 0;
+}
+
+std::vector<PatternAttention::Part> StridedSparseAttention::parts(int64_t n, int64_t m, bool causal) const {
+  const int64_t l = stride;
+  std::vector<Part> out;
+  Part band = band_part(n, m, l - 1, l - 1, causal);  // |n - m| < l
+  band.tile = tile_for_band(l);
+  out.push_back(std::move(band));
+  // (n - m) mod l == 0 and |n - m| >= l: inside residue class r, every key row but the query's
+  // own index t (causal: the rows before t).
+  const Groups gq = by_residue(n, l), gk = by_residue(m, l);
+  Part strided;
+  strided.tile = tile_for_band((n + l - 1) / l);  // about one residue class per tile
+  strided.q_rows = gq.rows;
+  strided.k_rows = gk.rows;
+  TilePattern& p = strided.pattern;
+  p.lo.resize(n), p.hi.resize(n), p.ex_lo.resize(n), p.ex_hi.resize(n);
+  for (int64_t r = 0; r < l; ++r) {
+    const int64_t ks = gk.start[r], kc = gk.start[r + 1] - ks;
+    for (int64_t i = gq.start[r]; i < gq.start[r + 1]; ++i) {
+      const int64_t t = i - gq.start[r];
+      p.lo[i] = ks;
+      p.hi[i] = ks + (causal ? std::min(kc, t) : kc);
+      p.ex_lo[i] = ks + std::min(t, kc);
+      p.ex_hi[i] = ks + std::min(t + 1, kc);
+    }
+  }
+  if (!all_empty(p)) out.push_back(std::move(strided));
+  return out;
+}
+
+std::string StridedSparseAttention::own_options() const { return fmt::format("stride={}", stride); }
+
+// ---- sparse_fixed ----
+
+VariantSchema FixedSparseAttention::schema() {
+  return pattern_schema(
+      "sparse_fixed", "fixed sparse attention: own block of l, plus the last c of every block (Child et al. 2019)",
+      {{"block", OptionType::Int, "32", "l: block length", {}},
+       {"summary", OptionType::Int, "4", "c: summary columns at the end of each block (0 <= c <= l)", {}}},
+      "O(B h N (l + c M/l) (dk + dv)) + projections O(B (N + M) D h (dk + dv))",
+      "O(B h (N + c M/l) (dk + dv)): a block part and the gathered summary keys, never N x M", true);
+}
+
+std::shared_ptr<Attention> FixedSparseAttention::make(const Options& o, int64_t d_model) {
+  HeadConfig c = read_head_config(o, d_model, o.get_int("heads"));
+  const int64_t l = positive(o, "block"), s = o.get_int("summary");
+  if (s < 0 || s > l) o.reject("summary", fmt::format("must be in [0, block={}]", l));
+  return std::make_shared<FixedSparseAttention>(d_model, c, l, s);
+}
+
+FixedSparseAttention::FixedSparseAttention(int64_t d_model, const HeadConfig& config, int64_t l, int64_t c)
+    : PatternAttention("sparse_fixed", d_model, config), block(l), summary(c) {}
+
+bool FixedSparseAttention::allows(int64_t n, int64_t m) const {
+  return n / block == m / block || m % block >= block - summary;
+}
+
+std::vector<PatternAttention::Part> FixedSparseAttention::parts(int64_t n, int64_t m, bool causal) const {
+  const int64_t l = block, c = summary;
+  std::vector<Part> out;
+  Part own;  // n div l == m div l
+  own.tile = tile_for_band(l);
+  own.pattern.lo.resize(n);
+  own.pattern.hi.resize(n);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t lo = std::min(m, i / l * l);
+    int64_t hi = std::min(m, i / l * l + l);
+    if (causal) hi = std::max(lo, std::min(hi, i + 1));
+    own.pattern.lo[i] = lo;
+    own.pattern.hi[i] = hi;
+  }
+  out.push_back(std::move(own));
+  if (c == 0) return out;
+  // The summary keys m mod l >= l - c, gathered in order; those of the query's own block are
+  // left to the block part. count(x) = how many summary keys lie below position x.
+  Part summary_part;
+  for (int64_t j = 0; j < m; ++j)
+    if (j % l >= l - c) summary_part.k_rows.push_back(j);
+  const int64_t S = int64_t(summary_part.k_rows.size());
+  if (S == 0) return out;
+  auto count = [&](int64_t x) {
+    x = std::min(x, m);
+    return x / l * c + std::max<int64_t>(0, x % l - (l - c));
+  };
+  TilePattern& p = summary_part.pattern;
+  p.lo.assign(n, 0);
+  p.hi.resize(n), p.ex_lo.resize(n), p.ex_hi.resize(n);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t start = i / l * l;
+    p.ex_lo[i] = count(start);
+    p.ex_hi[i] = count(start + l);
+    p.hi[i] = causal ? count(start) : S;  // causal: every earlier block's summary keys, all <= n
+  }
+  if (!all_empty(p)) out.push_back(std::move(summary_part));
+  return out;
+}
+
+std::string FixedSparseAttention::own_options() const { return fmt::format("block={}, summary={}", block, summary); }
+
+}  // namespace attnlab::nn

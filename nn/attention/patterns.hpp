@@ -1,0 +1,108 @@
+// The fixed positional sparsity patterns of ATTENTION_SPEC.md section 2, on the MHA projections:
+//
+//   local(window=w)                  allowed iff |n - m| <= w
+//   sparse_strided(stride=l)         allowed iff |n - m| < l or (n - m) mod l == 0   (Child et al. 2019)
+//   sparse_fixed(block=l, summary=c) allowed iff n div l == m div l or m mod l >= l - c   (Child et al. 2019)
+//   dilated(window=w, dilation=d)    allowed iff |n - m| <= w d and (n - m) mod d == 0
+//
+// plus causal (m <= n) and the user's mask, on raw indices n < N, m < M (cross-attention too).
+// None of them builds an N x M tensor: each pattern is cut into disjoint parts that are
+// contiguous key ranges per query row after gathering rows (tile_attention.hpp), and parts are
+// merged exactly by their log-sum-exps:
+//
+//   local           one part, the band                                      O(N w)
+//   dilated         positions grouped by n mod d (index_select), then a band of width w in each group
+//                                                                           O(N w)
+//   sparse_strided  the band |n - m| < l, plus dense attention inside each residue class mod l
+//                   with m != n                                             O(N (l + N/l))
+//   sparse_fixed    the own block, plus the gathered summary columns outside it
+//                                                                           O(N (l + c N/l))
+#pragma once
+#include "nn/attention/kernels/tile_attention.hpp"
+#include "nn/attention/projected.hpp"
+
+namespace attnlab::nn {
+
+class PatternAttention : public ProjectedAttention {
+ public:
+  // need_weights densifies the probabilities (B, h, N, M): small inputs only.
+  AttentionResult forward(const Tensor& x, const Tensor& context = {}, const Tensor& mask = {}, bool causal = false,
+                          bool need_weights = false) override;
+  std::string spec() const override;
+
+  // The spec's rule for query n and key m (causality and the mask aside), written plainly.
+  virtual bool allows(int64_t n, int64_t m) const = 0;
+
+  // One part of the pattern: kernel row i is query q_rows[i] (raw position), key row j is key
+  // k_rows[j]; empty = all positions in order. q_rows, when given, is a permutation of [0, N).
+  struct Part {
+    std::vector<int64_t> q_rows, k_rows;
+    TilePattern pattern;  // lo, hi, ex_lo, ex_hi in kernel coordinates, causality folded in
+    int64_t tile = 64;    // query and key tile size for this part
+  };
+  // Disjoint parts whose union is the pattern, for N queries and M keys.
+  virtual std::vector<Part> parts(int64_t n, int64_t m, bool causal) const = 0;
+
+ protected:
+  PatternAttention(std::string variant, int64_t d_model, const HeadConfig& config);
+  // The variant's own options as "name=value, ..." for spec().
+  virtual std::string own_options() const = 0;
+};
+
+class LocalAttention : public PatternAttention {
+ public:
+  LocalAttention(int64_t d_model, const HeadConfig& config, int64_t window);
+  static VariantSchema schema();
+  static std::shared_ptr<Attention> make(const Options& options, int64_t d_model);
+  bool allows(int64_t n, int64_t m) const override;
+  std::vector<Part> parts(int64_t n, int64_t m, bool causal) const override;
+  std::string type_name() const override { return "LocalAttention"; }
+  int64_t window;
+
+ protected:
+  std::string own_options() const override;
+};
+
+class StridedSparseAttention : public PatternAttention {
+ public:
+  StridedSparseAttention(int64_t d_model, const HeadConfig& config, int64_t stride);
+  static VariantSchema schema();
+  static std::shared_ptr<Attention> make(const Options& options, int64_t d_model);
+  bool allows(int64_t n, int64_t m) const override;
+  std::vector<Part> parts(int64_t n, int64_t m, bool causal) const override;
+  std::string type_name() const override { return "StridedSparseAttention"; }
+  int64_t stride;
+
+ protected:
+  std::string own_options() const override;
+};
+
+class FixedSparseAttention : public PatternAttention {
+ public:
+  FixedSparseAttention(int64_t d_model, const HeadConfig& config, int64_t block, int64_t summary);
+  static VariantSchema schema();
+  static std::shared_ptr<Attention> make(const Options& options, int64_t d_model);
+  bool allows(int64_t n, int64_t m) const override;
+  std::vector<Part> parts(int64_t n, int64_t m, bool causal) const override;
+  std::string type_name() const override { return "FixedSparseAttention"; }
+  int64_t block, summary;
+
+ protected:
+  std::string own_options() const override;
+};
+
+class DilatedAttention : public PatternAttention {
+ public:
+  DilatedAttention(int64_t d_model, const HeadConfig& config, int64_t window, int64_t dilation);
+  static VariantSchema schema();
+  static std::shared_ptr<Attention> make(const Options& options, int64_t d_model);
+  bool allows(int64_t n, int64_t m) const override;
+  std::vector<Part> parts(int64_t n, int64_t m, bool causal) const override;
+  std::string type_name() const override { return "DilatedAttention"; }
+  int64_t window, dilation;
+
+ protected:
+  std::string own_options() const override;
+};
+
+}  // namespace attnlab::nn

@@ -1,0 +1,256 @@
+// The tiled attention kernel (nn/attention/kernels/tile_attention.hpp) against its naive twin:
+// random patterns with exclusions, gathered positions and broadcast masks, ragged tiles, empty
+// rows, lse as an output, dropout, float32, strided inputs, gradcheck, and bad patterns.
+#include <algorithm>
+#include <numeric>
+#include <random>
+
+#include "helpers.hpp"
+#include "nn/attention/kernels/tile_attention.hpp"
+
+using namespace attnlab;
+using namespace attnlab::testing;
+using nn::TileOptions;
+using nn::TilePattern;
+
+namespace {
+
+// A random pattern for N queries and M keys: random ranges (some empty), random exclusions,
+// positions permuted (so the mask is read through q_pos/k_pos).
+TilePattern random_pattern(int64_t N, int64_t M, uint64_t seed, bool exclusions, bool permute) {
+  std::mt19937_64 rng(seed);
+  TilePattern p;
+  auto uniform = [&](int64_t a, int64_t b) { return std::uniform_int_distribution<int64_t>(a, b)(rng); };
+  for (int64_t i = 0; i < N; ++i) {
+    int64_t lo = uniform(0, M), hi = uniform(lo, M);
+    if (uniform(0, 9) == 0) hi = lo;  // an empty row
+    p.lo.push_back(lo);
+    p.hi.push_back(hi);
+    if (exclusions) {
+      int64_t a = uniform(lo, hi), b = uniform(a, hi);
+      p.ex_lo.push_back(a);
+      p.ex_hi.push_back(b);
+    }
+  }
+  if (permute) {
+    p.q_pos.resize(N);
+    p.k_pos.resize(M);
+    std::iota(p.q_pos.begin(), p.q_pos.end(), 0);
+    std::iota(p.k_pos.begin(), p.k_pos.end(), 0);
+    std::shuffle(p.q_pos.begin(), p.q_pos.end(), rng);
+    std::shuffle(p.k_pos.begin(), p.k_pos.end(), rng);
+  }
+  return p;
+}
+
+Tensor random_mask(Dims shape, uint64_t seed, double p_allow = 0.75) {
+  Generator g(seed);
+  return lt(rand(shape, g, kFloat64), p_allow);
+}
+
+// sum(out * go) + sum(lse * gl) over the finite lse entries (an empty row's lse is -inf).
+Tensor loss_of(const nn::TileAttentionResult& r, const Tensor& go, const Tensor& gl) {
+  Tensor l = sum(r.out * go);
+  if (r.lse.defined()) l = l + sum(where(ne(r.lse, -INFINITY), r.lse, 0.0) * gl);
+  return l;
+}
+
+struct Grads3 {
+  Tensor out, lse, dq, dk, dv;
+};
+
+Grads3 run(bool reference, const Tensor& q0, const Tensor& k0, const Tensor& v0, const TilePattern& p,
+           const TileOptions& o, const Tensor& go, const Tensor& gl) {
+  Tensor q = clone(q0).requires_grad_(), k = clone(k0).requires_grad_(), v = clone(v0).requires_grad_();
+  auto r = reference ? nn::tile_attention_reference(q, k, v, p, o) : nn::tile_attention(q, k, v, p, o);
+  if (!o.need_lse) r.lse = Tensor();  // the twin always returns lse
+  loss_of(r, go, gl).backward();
+  return {r.out, r.lse, q.grad(), k.grad(), v.grad()};
+}
+
+void check_same(const Grads3& a, const Grads3& b, double rtol, double atol, bool with_lse) {
+  CHECK(allclose(a.out, b.out, rtol, atol));
+  if (with_lse) CHECK(allclose(a.lse, b.lse, rtol, atol));
+  CHECK(allclose(a.dq, b.dq, rtol, atol));
+  CHECK(allclose(a.dk, b.dk, rtol, atol));
+  CHECK(allclose(a.dv, b.dv, rtol, atol));
+}
+
+}  // namespace
+
+TEST_CASE("tile_attention equals its naive twin on random patterns, masks and ragged tiles (float64)") {
+  struct Case {
+    int64_t B, H, N, M, dk, dv, tq, tk;
+    bool exclusions, permute;
+    Dims mask;  // empty = no mask
+  };
+  const std::vector<Case> cases = {
+      {2, 3, 13, 11, 4, 5, 4, 3, true, true, {2, 3, 13, 11}},  // full mask, many ragged tiles
+      {1, 2, 37, 29, 3, 2, 8, 8, false, false, {}},           // no mask
+      {2, 2, 20, 40, 5, 3, 7, 16, true, false, {2, 1, 1, 40}},  // key padding
+      {2, 2, 17, 17, 4, 4, 64, 64, true, true, {1, 2, 17, 1}},  // one tile; a mask along N only
+      {1, 1, 9, 6, 2, 3, 2, 2, false, true, {6}},                // a 1-d key mask
+  };
+  uint64_t seed = 10;
+  for (const Case& c : cases) {
+    CAPTURE(c.N);
+    CAPTURE(c.M);
+    Generator g(seed);
+    Tensor q = randn({c.B, c.H, c.N, c.dk}, g, kFloat64), k = randn({c.B, c.H, c.M, c.dk}, g, kFloat64);
+    Tensor v = randn({c.B, c.H, c.M, c.dv}, g, kFloat64);
+    Tensor go = randn({c.B, c.H, c.N, c.dv}, g, kFloat64), gl = randn({c.B, c.H, c.N}, g, kFloat64);
+    TilePattern p = random_pattern(c.N, c.M, seed, c.exclusions, c.permute);
+    if (!c.mask.empty()) p.mask = random_mask(c.mask, seed + 1);
+    for (bool need_lse : {false, true}) {
+      TileOptions o;
+      o.q_tile = c.tq, o.k_tile = c.tk, o.need_lse = need_lse;
+      auto fast = run(false, q, k, v, p, o, go, gl);
+      auto slow = run(true, q, k, v, p, o, go, gl);
+      check_same(fast, slow, 1e-10, 1e-12, need_lse);
+    }
+    ++seed;
+  }
+}
+
+TEST_CASE("tile_attention: a row with no allowed key gives zero output, lse -inf and zero gradients") {
+  Generator g(1);
+  const int64_t N = 6, M = 5;
+  Tensor q = leaf64({1, 2, N, 3}, 2), k = leaf64({1, 2, M, 3}, 3), v = leaf64({1, 2, M, 4}, 4);
+  TilePattern p;
+  p.lo = {0, 0, 2, 0, 3, 0};
+  p.hi = {5, 0, 5, 5, 3, 5};  // rows 1 and 4: empty ranges
+  p.mask = from_vector<bool>({true, true, true, false, true, true}, {N, 1});  // row 3 masked out, broadcast along M
+  TileOptions o;
+  o.need_lse = true;
+  o.q_tile = 2, o.k_tile = 2;
+  auto r = nn::tile_attention(q, k, v, p, o);
+  Tensor go = randn({1, 2, N, 4}, g, kFloat64);
+  sum(r.out * go).backward();
+  for (int64_t row : {1, 3, 4})
+    for (int64_t h = 0; h < 2; ++h) {
+      CHECK(r.lse.at({0, h, row}) == -INFINITY);
+      for (int64_t d = 0; d < 4; ++d) CHECK(r.out.at({0, h, row, d}) == 0.0);
+      for (int64_t d = 0; d < 3; ++d) CHECK(q.grad().at({0, h, row, d}) == 0.0);
+    }
+  for (double x : q.grad().to_vector<double>()) CHECK(std::isfinite(x));
+  for (double x : k.grad().to_vector<double>()) CHECK(std::isfinite(x));
+  // no keys at all (M = 0)
+  auto e = nn::tile_attention(randn({1, 1, 3, 2}, g, kFloat64), zeros({1, 1, 0, 2}, kFloat64),
+                              zeros({1, 1, 0, 3}, kFloat64), TilePattern{{0, 0, 0}, {0, 0, 0}, {}, {}, {}, {}, {}},
+                              TileOptions{0, 0, 0, true, 64, 64});
+  CHECK(allclose(e.out, zeros({1, 1, 3, 3}, kFloat64)));
+  CHECK(e.lse.at({0, 0, 2}) == -INFINITY);
+}
+
+TEST_CASE("tile_attention gradcheck: plain, with lse, with exclusions and a mask, with dropout") {
+  const int64_t N = 7, M = 6;
+  Tensor q = leaf64({1, 2, N, 3}, 5), k = leaf64({1, 2, M, 3}, 6), v = leaf64({1, 2, M, 2}, 7);
+  TilePattern p = random_pattern(N, M, 8, true, true);
+  p.mask = random_mask({1, 2, N, M}, 9, 0.8);
+  for (int variant = 0; variant < 3; ++variant) {
+    CAPTURE(variant);
+    TileOptions o;
+    o.q_tile = 3, o.k_tile = 2;
+    o.need_lse = variant >= 1;
+    if (variant == 2) o.dropout = 0.3, o.seed = 42;
+    Generator g(11);
+    Tensor gl = randn({1, 2, N}, g, kFloat64);
+    auto r = gradcheck(
+        [&](const std::vector<Tensor>& in) {
+          auto res = nn::tile_attention(in[0], in[1], in[2], p, o);
+          if (!o.need_lse) return res.out;
+          return cat({reshape(res.out, {-1}), reshape(where(ne(res.lse, -INFINITY), res.lse, 0.0), {-1})}, 0);
+        },
+        {q, k, v});
+    CHECK_MESSAGE(r.ok, r.message);
+  }
+}
+
+TEST_CASE("tile_attention dropout equals the twin's dropout with the same seed, and changes with the seed") {
+  Generator g(12);
+  const int64_t N = 19, M = 23;
+  Tensor q = randn({2, 2, N, 4}, g, kFloat64), k = randn({2, 2, M, 4}, g, kFloat64), v = randn({2, 2, M, 3}, g, kFloat64);
+  Tensor go = randn({2, 2, N, 3}, g, kFloat64), gl = randn({2, 2, N}, g, kFloat64);
+  TilePattern p = random_pattern(N, M, 13, true, true);
+  TileOptions o;
+  o.dropout = 0.25, o.seed = 99, o.q_tile = 5, o.k_tile = 4, o.need_lse = true;
+  check_same(run(false, q, k, v, p, o, go, gl), run(true, q, k, v, p, o, go, gl), 1e-10, 1e-12, true);
+  TileOptions o2 = o;
+  o2.seed = 100;
+  CHECK_FALSE(allclose(nn::tile_attention(q, k, v, p, o).out, nn::tile_attention(q, k, v, p, o2).out));
+  // about 1 - rate of the draws survive
+  int64_t kept = 0, total = 100000;
+  for (int64_t m = 0; m < total; ++m) kept += nn::tile_dropout_keep(7, 0, 1, 3, m, 0.25);
+  CHECK(std::abs(double(kept) / total - 0.75) < 0.01);
+}
+
+TEST_CASE("tile_attention float32 agrees with float64; strided and broadcast inputs need no copy by the caller") {
+  Generator g(14);
+  const int64_t B = 2, H = 3, N = 70, M = 90, dk = 8, dv = 6;
+  // (B, N, h, d) storage viewed as (B, h, N, d), as split_heads gives it
+  Tensor q = transpose(randn({B, N, H, dk}, g, kFloat64), 1, 2), k = transpose(randn({B, M, H, dk}, g, kFloat64), 1, 2);
+  Tensor v = expand(randn({B, 1, M, dv}, g, kFloat64), {B, H, M, dv});  // stride 0 along heads
+  Tensor go = randn({B, H, N, dv}, g, kFloat64), gl = randn({B, H, N}, g, kFloat64);
+  TilePattern p = random_pattern(N, M, 15, true, false);
+  p.mask = random_mask({B, 1, 1, M}, 16, 0.9);
+  TileOptions o;
+  o.q_tile = 16, o.k_tile = 32, o.need_lse = true;
+  auto f64 = run(false, q, k, v, p, o, go, gl);
+  check_same(f64, run(true, q, k, v, p, o, go, gl), 1e-10, 1e-12, true);
+  auto f32 = run(false, to(q, kFloat32), to(k, kFloat32), to(v, kFloat32), p, o, to(go, kFloat32), to(gl, kFloat32));
+  CHECK(f32.out.dtype() == kFloat32);
+  check_same(f32, f64, 1e-3, 1e-4, true);
+}
+
+TEST_CASE("tile_attention results do not depend on the thread count") {
+  Generator g(17);
+  Tensor q = randn({2, 2, 200, 8}, g), k = randn({2, 2, 150, 8}, g), v = randn({2, 2, 150, 8}, g);
+  Tensor go = randn({2, 2, 200, 8}, g);
+  TilePattern p = random_pattern(200, 150, 18, true, true);
+  TileOptions o;
+  o.q_tile = 16, o.k_tile = 16;
+  const int before = num_threads();
+  set_num_threads(1);
+  auto one = run(false, q, k, v, p, o, go, Tensor());
+  set_num_threads(4);  // B h = 4 < 2 threads each: the split backward; one thread: the fused one
+  auto many = run(false, q, k, v, p, o, go, Tensor());
+  check_same(one, many, 0, 0, false);
+  // only some inputs requiring a gradient, in both schemes
+  for (int threads : {1, 4}) {
+    set_num_threads(threads);
+    Tensor qq = clone(q).requires_grad_(), vv = clone(v).requires_grad_();
+    sum(nn::tile_attention(qq, k, v, p, o).out * go).backward();
+    sum(nn::tile_attention(q, k, vv, p, o).out * go).backward();
+    CHECK(allclose(qq.grad(), one.dq, 0, 0));
+    CHECK(allclose(vv.grad(), one.dv, 0, 0));
+  }
+  set_num_threads(before);
+}
+
+TEST_CASE("tile_attention rejects bad patterns and inputs with clear errors") {
+  Tensor q = zeros({1, 1, 3, 2}, kFloat64), k = zeros({1, 1, 4, 2}, kFloat64), v = zeros({1, 1, 4, 2}, kFloat64);
+  TilePattern ok{{0, 0, 0}, {4, 4, 4}, {}, {}, {}, {}, {}};
+  CHECK_NOTHROW(nn::tile_attention(q, k, v, ok));
+  TilePattern p = ok;
+  p.hi = {4, 5, 4};
+  CHECK(error_of([&] { nn::tile_attention(q, k, v, p); }).find("row 1 allows keys [0, 5), outside the 4 keys") !=
+        std::string::npos);
+  p = ok;
+  p.lo = {0, 0};
+  CHECK(error_of([&] { nn::tile_attention(q, k, v, p); }).find("pattern.lo has 2 entries, expected 3") !=
+        std::string::npos);
+  p = ok;
+  p.mask = zeros({1, 1, 3, 4});
+  CHECK(error_of([&] { nn::tile_attention(q, k, v, p); }).find("mask must be bool") != std::string::npos);
+  p.mask = zeros({1, 1, 3, 3}, kBool);
+  CHECK(error_of([&] { nn::tile_attention(q, k, v, p); }).find("does not cover") != std::string::npos);
+  CHECK(error_of([&] { nn::tile_attention(q, zeros({1, 1, 4, 3}, kFloat64), v, ok); }).find("expected q (B, h, N, dk)") !=
+        std::string::npos);
+  CHECK(error_of([&] { nn::tile_attention(q, to(k, kFloat32), v, ok); }).find("share a dtype") != std::string::npos);
+  TileOptions bad;
+  bad.dropout = 1;
+  CHECK(error_of([&] { nn::tile_attention(q, k, v, ok, bad); }).find("dropout must be in [0, 1)") != std::string::npos);
+  bad = {};
+  bad.q_tile = 0;
+  CHECK(error_of([&] { nn::tile_attention(q, k, v, ok, bad); }).find("tile sizes must be positive") != std::string::npos);
+}
