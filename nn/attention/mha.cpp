@@ -4,6 +4,7 @@
 
 #include "autograd/grad_mode.hpp"
 #include "autograd/ops.hpp"
+#include "nn/attention/kernels/tile_attention.hpp"
 #include "tensor/kernels.hpp"
 
 namespace attnlab::nn {
@@ -47,6 +48,24 @@ AttentionResult MultiHeadAttention::forward(const Tensor& x, const Tensor& conte
   const Tensor& c = check_inputs("mha", d_model_, x, context, is_causal);
   const int64_t h = config.heads, N = x.size(1), M = c.size(1);
   const double scale = 1.0 / std::sqrt(double(config.key_size));
+  if (!need_weights) {
+    // The fused path: tiled online-softmax attention, no (N, M) matrix in memory; backward
+    // recomputes the probabilities from the saved row log-sum-exps. The composed path below
+    // (the readable twin, and the one that can return the probabilities) is what tests check
+    // it against.
+    check_mask(mask, N, M, "mha");
+    TilePattern pattern;
+    pattern.lo.assign(N, 0);
+    pattern.hi.resize(N);
+    for (int64_t n = 0; n < N; ++n) pattern.hi[n] = is_causal ? std::min(n + 1, M) : M;
+    pattern.mask = mask;
+    TileOptions options;
+    options.scale = scale;
+    if (is_training() && config.attn_dropout > 0) options.dropout = config.attn_dropout, options.seed = gen.next_u64();
+    Tensor q = split_heads((*q_proj)(x), h), k = split_heads((*k_proj)(c), h), v = split_heads((*v_proj)(c), h);
+    Tensor o = tile_attention(q, k, v, pattern, options).out * head_scale(gate, head_mask);  // (B, h, N, dv)
+    return {(*out_proj)(merge_heads(o)), Tensor()};
+  }
   Tensor q = split_heads((*q_proj)(x), h) * scale;  // (B, h, N, dk), scaled once here
   Tensor k = split_heads((*k_proj)(c), h);          // (B, h, M, dk)
   Tensor v = split_heads((*v_proj)(c), h);          // (B, h, M, dv)

@@ -118,6 +118,64 @@ TEST_CASE("mha gradcheck: self, causal, masked, cross-attention, gated, non-cont
   CHECK_MESSAGE(r.ok, r.message);
 }
 
+TEST_CASE("mha's fused tiled path (need_weights=false) equals the composed path, output and every gradient") {
+  struct Case {
+    std::string spec;
+    bool cross, causal, masked;
+  };
+  for (const Case& c : {Case{"mha(heads=2, key_size=3, value_size=5)", false, false, false},
+                        Case{"mha(heads=2, gate=hard_concrete)", false, true, false},
+                        Case{"mha(heads=4)", true, false, true}, Case{"mha(heads=2)", false, true, true}}) {
+    CAPTURE(c.spec);
+    auto a = mha64(c.spec);
+    a->eval();
+    Generator g(12);
+    Tensor x = randn({2, 70, 8}, g, kFloat64).requires_grad_();  // 70: more than one 64-row tile
+    Tensor ctx = randn({2, 67, 8}, g, kFloat64).requires_grad_();
+    const int64_t M = c.cross ? 67 : 70;
+    Tensor mask;
+    if (c.masked) {  // per-query mask with one fully masked row per example
+      mask = gt(rand({2, 1, 70, M}, g, kFloat64), 0.3);
+      for (int64_t b = 0; b < 2; ++b) {
+        Tensor row = select(select(select(mask, 0, b), 0, 0), 0, 5);
+        fill_(row, 0.0);
+      }
+    }
+    Tensor gy = randn({2, 70, 8}, g, kFloat64);
+    auto run = [&](bool need_weights) {
+      a->zero_grad();
+      x.set_grad({});
+      ctx.set_grad({});
+      Tensor y = a->forward(x, c.cross ? ctx : Tensor(), mask, c.causal, need_weights).output;
+      sum(y * gy).backward();
+      std::vector<Tensor> out = {y, x.grad()};
+      if (c.cross) out.push_back(ctx.grad());
+      for (auto& [n, p] : a->named_parameters()) out.push_back(p.grad().defined() ? clone(p.grad()) : zeros_like(p));
+      return out;
+    };
+    auto fused = run(false), composed = run(true);
+    REQUIRE(fused.size() == composed.size());
+    for (size_t i = 0; i < fused.size(); ++i) {
+      CAPTURE(i);
+      CHECK(allclose(fused[i], composed[i], 1e-11, 1e-13));
+    }
+    if (c.masked) CHECK(allclose(narrow(fused[0], 1, 5, 1), narrow(composed[0], 1, 5, 1), 0, 1e-15));
+  }
+}
+
+TEST_CASE("mha's fused path applies attention dropout in train mode only") {
+  auto a = mha64("mha(heads=2, attn_dropout=0.5)");
+  Generator g(13);
+  Tensor x = randn({1, 16, 8}, g, kFloat64);
+  a->eval();
+  Tensor e1 = a->forward(x).output, e2 = a->forward(x).output;
+  CHECK(allclose(e1, e2, 0, 0));
+  a->train();
+  Tensor t1 = a->forward(x).output, t2 = a->forward(x).output;
+  CHECK_FALSE(allclose(t1, e1, 1e-6, 1e-6));
+  CHECK_FALSE(allclose(t1, t2, 1e-6, 1e-6));  // a new draw per call
+}
+
 TEST_CASE("changing k_proj.bias never changes mha's output (seed 000)") {
   auto a = mha64("mha(heads=2)");
   auto& m = static_cast<nn::MultiHeadAttention&>(*a);

@@ -222,7 +222,9 @@ TEST_CASE("talking_heads with identity mixes and hk = h = hv equals mha exactly"
       auto a = th->forward(x, ctx, mask, false, true), b = mha->forward(x, ctx, mask, false, true);
       CHECK(allclose(a.output, b.output, 0, 0));
       CHECK(allclose(a.attention, b.attention, 0, 0));
-      CHECK(allclose(th->forward(x, {}, {}, true).output, mha->forward(x, {}, {}, true).output, 0, 0));
+      // Without need_weights mha takes its fused tiled kernel: the same sums in another order.
+      CHECK(allclose(th->forward(x, {}, {}, true).output, mha->forward(x, {}, {}, true).output, 1e-12, 1e-13));
+      CHECK(allclose(th->forward(x, {}, {}, true, true).output, mha->forward(x, {}, {}, true, true).output, 0, 0));
     }
   }
 }
