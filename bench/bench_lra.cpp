@@ -295,6 +295,12 @@ int main(int argc, char** argv) {
           "Tensor storage at its peak during one step, above what was live before it (the allocator's count). "
           "In parentheses: the ratio to mha at the same N (< 1 is smaller).",
           cell_memory);
+    // The cost notes each variant declares (ATTENTION_SPEC.md section 3), beside the measurements.
+    md += "#### Declared cost (from each variant's schema)\n\n| variant | time | memory |\n|---|---|---|\n";
+    for (const auto& name : names)
+      for (const auto& v : nn::variants())
+        if (v.schema.name == name) md += fmt::format("| {} | {} | {} |\n", name, v.schema.time_cost, v.schema.memory_cost);
+    md += "\n";
     for (const auto& name : names)
       for (int64_t n : lengths)
         if (results[name][n].status == "error")
