@@ -151,6 +151,10 @@ Result parse_result(const std::string& line) {
   return r;
 }
 
+// This program, resolved once at start-up: a rebuild while the benchmark runs replaces the file,
+// and /proc/self/exe then names a deleted one.
+std::string self_path;
+
 Result measure(const std::string& spec, int64_t n, double time_limit, double memory_gib) {
   int fds[2];
   if (pipe(fds) != 0) fail<ValueError>("bench_lra: pipe failed: {}", std::strerror(errno));
@@ -158,8 +162,8 @@ Result measure(const std::string& spec, int64_t n, double time_limit, double mem
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
   posix_spawn_file_actions_addclose(&actions, fds[0]);
-  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string(), ns = std::to_string(n),
-                    mem = fmt::format("{}", memory_gib);
+  const std::string& self = self_path;
+  const std::string ns = std::to_string(n), mem = fmt::format("{}", memory_gib);
   std::vector<const char*> argv = {self.c_str(), "--one", spec.c_str(), "--n", ns.c_str(), "--memory-limit", mem.c_str(),
                                    nullptr};
   pid_t pid;
@@ -219,6 +223,7 @@ int main(int argc, char** argv) {
   std::string out_dir = "build/bench", one_spec;
   int64_t one_n = 0;
   try {
+    self_path = std::filesystem::read_symlink("/proc/self/exe").string();
     for (int i = 1; i < argc; ++i) {
       const std::string a = argv[i];
       const bool has_value = i + 1 < argc;

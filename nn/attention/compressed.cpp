@@ -18,15 +18,6 @@
 namespace attnlab::nn {
 namespace {
 
-std::string head_spec(const HeadConfig& c, int64_t heads) {
-  std::string s = fmt::format("heads={}, key_size={}, value_size={}, bias={}, attn_dropout={}", heads, c.key_size,
-                              c.value_size, c.bias, c.attn_dropout);
-  if (c.gate.kind != "none")
-    s += fmt::format(", gate={}, gate_init={}, gate_temperature={}, gate_gamma={}, gate_zeta={}, gate_hard={}",
-                     c.gate.kind, c.gate.init, c.gate.temperature, c.gate.gamma, c.gate.zeta, c.gate.hard);
-  return s;
-}
-
 // A pruned layer's k_proj/v_proj keep every original head: give the Linear `rows` outputs
 // (fresh PyTorch-default values; prune_heads overwrites them).
 void resize_rows(Linear& l, int64_t rows) {
@@ -124,7 +115,7 @@ AttentionResult CompressedAttention::forward(const Tensor& x, const Tensor& cont
 }
 
 std::string CompressedAttention::spec_with_heads(int64_t heads) const {
-  return fmt::format("compressed({}, stride={}, kv_heads={})", head_spec(config, heads), settings.stride,
+  return fmt::format("compressed({}, stride={}, kv_heads={})", head_options_spec(config, heads), settings.stride,
                      settings.kv_heads);
 }
 

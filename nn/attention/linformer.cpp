@@ -13,19 +13,6 @@
 #include "nn/init.hpp"
 
 namespace attnlab::nn {
-namespace {
-
-std::string head_spec(const HeadConfig& c) {
-  std::string s = fmt::format("heads={}, key_size={}, value_size={}, bias={}, attn_dropout={}", c.heads, c.key_size,
-                              c.value_size, c.bias, c.attn_dropout);
-  if (c.gate.kind != "none")
-    s += fmt::format(", gate={}, gate_init={}, gate_temperature={}, gate_gamma={}, gate_zeta={}, gate_hard={}",
-                     c.gate.kind, c.gate.init, c.gate.temperature, c.gate.gamma, c.gate.zeta, c.gate.hard);
-  return s;
-}
-
-}  // namespace
-
 VariantSchema Linformer::schema() {
   VariantSchema s{"linformer",
                   "keys and values projected to k rows along the sequence (Wang et al. 2020, Linformer)",
@@ -87,8 +74,8 @@ AttentionResult Linformer::forward(const Tensor& x, const Tensor& context, const
 }
 
 std::string Linformer::spec() const {
-  return fmt::format("linformer({}, proj_len={}, max_len={}, share={})", head_spec(config), settings.proj_len,
-                     settings.max_len, settings.share_kv ? "kv" : "none");
+  return fmt::format("linformer({}, proj_len={}, max_len={}, share={})", head_options_spec(config),
+                     settings.proj_len, settings.max_len, settings.share_kv ? "kv" : "none");
 }
 
 }  // namespace attnlab::nn

@@ -17,15 +17,6 @@
 namespace attnlab::nn {
 namespace {
 
-std::string head_spec(const HeadConfig& c) {
-  std::string s = fmt::format("heads={}, key_size={}, value_size={}, bias={}, attn_dropout={}", c.heads, c.key_size,
-                              c.value_size, c.bias, c.attn_dropout);
-  if (c.gate.kind != "none")
-    s += fmt::format(", gate={}, gate_init={}, gate_temperature={}, gate_gamma={}, gate_zeta={}, gate_hard={}",
-                     c.gate.kind, c.gate.init, c.gate.temperature, c.gate.gamma, c.gate.zeta, c.gate.hard);
-  return s;
-}
-
 // Means of t (B, h, L, d) over m consecutive segments of L/m rows -> (B, h, m, d).
 Tensor segment_means(const Tensor& t, int64_t m) {
   const int64_t B = t.size(0), h = t.size(1), L = t.size(2), d = t.size(3);
@@ -141,8 +132,8 @@ AttentionResult NystromAttention::forward(const Tensor& x, const Tensor& context
 }
 
 std::string NystromAttention::spec() const {
-  return fmt::format("nystrom({}, landmarks={}, pinv_iters={}, conv={})", head_spec(config), settings.landmarks,
-                     settings.pinv_iters, settings.conv);
+  return fmt::format("nystrom({}, landmarks={}, pinv_iters={}, conv={})", head_options_spec(config),
+                     settings.landmarks, settings.pinv_iters, settings.conv);
 }
 
 }  // namespace attnlab::nn

@@ -145,13 +145,9 @@ AttentionResult PatternAttention::forward(const Tensor& x, const Tensor& context
 
 std::string PatternAttention::spec() const {
   const HeadConfig& c = config;
-  std::string s = fmt::format("{}({}, heads={}, key_size={}, value_size={}, bias={}, causal={}, attn_dropout={}",
-                              variant(), own_options(), c.heads, c.key_size, c.value_size, c.bias, c.causal,
-                              c.attn_dropout);
-  if (c.gate.kind != "none")
-    s += fmt::format(", gate={}, gate_init={}, gate_temperature={}, gate_gamma={}, gate_zeta={}, gate_hard={}",
-                     c.gate.kind, c.gate.init, c.gate.temperature, c.gate.gamma, c.gate.zeta, c.gate.hard);
-  return s + ")";
+  return fmt::format("{}({}, heads={}, key_size={}, value_size={}, bias={}, causal={}, attn_dropout={}{})", variant(),
+                     own_options(), c.heads, c.key_size, c.value_size, c.bias, c.causal, c.attn_dropout,
+                     gate_options_spec(c.gate));
 }
 
 // ---- local ----

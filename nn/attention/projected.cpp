@@ -90,4 +90,15 @@ std::shared_ptr<Attention> ProjectedAttention::prune_heads(const std::vector<int
   return out;
 }
 
+std::string head_options_spec(const HeadConfig& c, int64_t heads) {
+  return fmt::format("heads={}, key_size={}, value_size={}, bias={}, attn_dropout={}{}", heads >= 0 ? heads : c.heads,
+                     c.key_size, c.value_size, c.bias, c.attn_dropout, gate_options_spec(c.gate));
+}
+
+std::string gate_options_spec(const GateConfig& g) {
+  if (g.kind == "none") return "";
+  return fmt::format(", gate={}, gate_init={}, gate_temperature={}, gate_gamma={}, gate_zeta={}, gate_hard={}", g.kind,
+                     g.init, g.temperature, g.gamma, g.zeta, g.hard);
+}
+
 }  // namespace attnlab::nn

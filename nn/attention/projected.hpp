@@ -52,4 +52,12 @@ class ProjectedAttention : public Attention {
   std::string variant_;
 };
 
+// spec() text of the common head options, "heads=.., key_size=.., value_size=.., bias=..,
+// attn_dropout=.." then gate_options_spec(config.gate); `heads` >= 0 replaces config.heads
+// (compressed writes the spec of a pruned copy). For variants whose spec() does not print causal.
+std::string head_options_spec(const HeadConfig& config, int64_t heads = -1);
+// ", gate=.., gate_init=.., gate_temperature=.., gate_gamma=.., gate_zeta=.., gate_hard=.." when
+// the config has a gate, "" otherwise.
+std::string gate_options_spec(const GateConfig& gate);
+
 }  // namespace attnlab::nn

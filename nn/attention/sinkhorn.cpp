@@ -15,19 +15,6 @@
 #include "nn/init.hpp"
 
 namespace attnlab::nn {
-namespace {
-
-std::string head_spec(const HeadConfig& c) {
-  std::string s = fmt::format("heads={}, key_size={}, value_size={}, bias={}, attn_dropout={}", c.heads, c.key_size,
-                              c.value_size, c.bias, c.attn_dropout);
-  if (c.gate.kind != "none")
-    s += fmt::format(", gate={}, gate_init={}, gate_temperature={}, gate_gamma={}, gate_zeta={}, gate_hard={}",
-                     c.gate.kind, c.gate.init, c.gate.temperature, c.gate.gamma, c.gate.zeta, c.gate.hard);
-  return s;
-}
-
-}  // namespace
-
 VariantSchema SinkhornAttention::schema() {
   VariantSchema s{"sinkhorn",
                   "block attention to the own block and a Sinkhorn-sorted block (Tay et al. 2020, Sparse Sinkhorn)",
@@ -136,8 +123,8 @@ AttentionResult SinkhornAttention::forward(const Tensor& x, const Tensor& contex
 }
 
 std::string SinkhornAttention::spec() const {
-  return fmt::format("sinkhorn({}, block={}, iters={}, temperature={}, max_len={})", head_spec(config), settings.block,
-                     settings.iters, settings.temperature, settings.max_len);
+  return fmt::format("sinkhorn({}, block={}, iters={}, temperature={}, max_len={})", head_options_spec(config),
+                     settings.block, settings.iters, settings.temperature, settings.max_len);
 }
 
 }  // namespace attnlab::nn

@@ -1,12 +1,13 @@
 // Shared by test_longformer.cpp and test_bigbird.cpp: the dense-masked twin (the oracle: the
 // spec's allowed rule written as a plain loop, then dense masked softmax attention with the
-// layer's own weights), and the golden-file runner for tests/reference/blocks_golden.safetensors.
+// layer's own weights), and the cases of tests/reference/blocks_golden.safetensors (run by
+// tests/golden.hpp's runner).
 #pragma once
 #include <functional>
-#include <set>
 #include <string>
 #include <vector>
 
+#include "golden.hpp"
 #include "helpers.hpp"
 #include "nn/attention/bigbird.hpp"
 #include "nn/attention/longformer.hpp"
@@ -91,22 +92,6 @@ inline void randomize(nn::Attention& a, uint64_t seed) {
   }
 }
 
-// Sum of |a - b| relative check to tolerance, with a message.
-inline void check_close(const std::string& what, const Tensor& got, const Tensor& want, double rtol = 1e-10,
-                        double atol = 1e-12) {
-  REQUIRE_MESSAGE(got.defined(), what << ": no tensor");
-  REQUIRE_MESSAGE(got.shape() == want.shape(),
-                  what << ": shape " << to_string(got.shape()) << " vs " << to_string(want.shape()));
-  auto g = got.to_vector<double>(), w = want.to_vector<double>();
-  double worst = 0;
-  size_t at = 0;
-  for (size_t i = 0; i < g.size(); ++i) {
-    const double excess = std::abs(g[i] - w[i]) - (atol + rtol * std::abs(w[i]));
-    if (!(excess <= worst)) worst = excess, at = i;  // catches NaN too
-  }
-  CHECK_MESSAGE(worst <= 0, what << ": element " << at << " is " << g[at] << ", expected " << w[at]);
-}
-
 // ---- golden file (tests/reference/blocks_reference.py) ----
 
 // Keep in sync with CASES in blocks_reference.py (test_bigbird.cpp checks it).
@@ -115,76 +100,8 @@ inline const std::vector<std::string> kGoldenCases = {
     "longformer_blocks",       "bigbird_mask",                    "bigbird_cross",
 };
 
-struct GoldenFile {
-  TensorMap tensors;
-  Metadata metadata;
-};
+inline const GoldenFile& golden() { return reference_file("blocks_golden.safetensors"); }
 
-inline const GoldenFile& golden() {
-  static const GoldenFile file = [] {
-    GoldenFile f;
-    f.tensors = load_safetensors(ATTNLAB_REFERENCE_DIR "/blocks_golden.safetensors", &f.metadata);
-    return f;
-  }();
-  return file;
-}
-
-inline Tensor golden_optional(const std::string& key) {
-  auto it = golden().tensors.find(key);
-  return it == golden().tensors.end() ? Tensor() : it->second;
-}
-
-inline const Tensor& golden_required(const std::string& key) {
-  auto it = golden().tensors.find(key);
-  REQUIRE_MESSAGE(it != golden().tensors.end(), "missing in blocks_golden.safetensors: " << key);
-  return it->second;
-}
-
-// Builds the case's layer from its spec alone, loads the reference weights strictly (names,
-// shapes and dtypes must be the spec's, random_blocks included), and compares output,
-// attention and every gradient with PyTorch's in float64.
-inline void run_golden_case(const std::string& name) {
-  const Metadata& meta = golden().metadata;
-  REQUIRE(meta.count(name + "/spec"));
-  const std::string spec = meta.at(name + "/spec");
-  const int64_t d_model = std::stoll(meta.at(name + "/d_model"));
-  INFO(name << ": " << spec << ", d_model=" << d_model);
-
-  auto layer = nn::make_attention(spec, d_model);
-  layer->to(kFloat64);
-  TensorMap weights;
-  const std::string prefix = name + "/w/";
-  for (const auto& [key, t] : golden().tensors)
-    if (key.rfind(prefix, 0) == 0) weights[key.substr(prefix.size())] = t;
-  REQUIRE_FALSE(weights.empty());
-  layer->load_state_dict(weights);
-  layer->eval();
-  Tensor head_mask = layer->get_buffer("head_mask");
-  head_mask.requires_grad_();
-
-  Tensor x = clone(golden_required(name + "/x")).requires_grad_();
-  Tensor context = golden_optional(name + "/context");
-  if (context.defined()) context = clone(context).requires_grad_();
-  Tensor mask = golden_optional(name + "/mask");
-  auto result = layer->forward(x, context, mask, /*causal=*/false, /*need_weights=*/true);
-  result.output.backward(golden_required(name + "/grad_output"));
-
-  check_close("output", result.output, golden_required(name + "/output"));
-  check_close("attention", result.attention, golden_required(name + "/attention"));
-  check_close("grad.x", x.grad(), golden_required(name + "/grad.x"));
-  if (context.defined()) check_close("grad.context", context.grad(), golden_required(name + "/grad.context"));
-  check_close("grad.head_mask", head_mask.grad(), golden_required(name + "/grad.head_mask"));
-  std::set<std::string> expected, compared = {"x", "head_mask"};
-  if (context.defined()) compared.insert("context");
-  const std::string grad_prefix = name + "/grad.";
-  for (const auto& [key, t] : golden().tensors)
-    if (key.rfind(grad_prefix, 0) == 0) expected.insert(key.substr(grad_prefix.size()));
-  for (const auto& [pname, p] : layer->named_parameters()) {
-    Tensor g = p.grad().defined() ? p.grad() : zeros_like(p);
-    check_close("grad." + pname, g, golden_required(grad_prefix + pname));
-    compared.insert(pname);
-  }
-  CHECK(compared == expected);
-}
+inline void run_golden_case(const std::string& name) { testing::run_golden_case(golden(), name); }
 
 }  // namespace attnlab::testing::blocks

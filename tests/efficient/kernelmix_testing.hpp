@@ -3,10 +3,10 @@
 // tests/reference/kernelmix_reference.py (an independent PyTorch implementation).
 #pragma once
 #include <functional>
-#include <set>
 #include <string>
 #include <vector>
 
+#include "golden.hpp"
 #include "helpers.hpp"
 #include "nn/attention/projected.hpp"
 #include "nn/attention/registry.hpp"
@@ -53,109 +53,11 @@ inline std::vector<double> linear_rows(const std::vector<double>& x, int64_t row
 
 // ---- golden file ----
 
-struct GoldenFile {
-  TensorMap tensors;
-  Metadata metadata;
-};
+inline const GoldenFile& golden() { return reference_file("kernelmix_golden.safetensors"); }
 
-inline const GoldenFile& golden() {
-  static const GoldenFile file = [] {
-    GoldenFile f;
-    f.tensors = load_safetensors(ATTNLAB_REFERENCE_DIR "/kernelmix_golden.safetensors", &f.metadata);
-    return f;
-  }();
-  return file;
-}
-
-inline Tensor golden_optional(const std::string& key) {
-  auto it = golden().tensors.find(key);
-  return it == golden().tensors.end() ? Tensor() : it->second;
-}
-
-inline const Tensor& golden_required(const std::string& key) {
-  auto it = golden().tensors.find(key);
-  REQUIRE_MESSAGE(it != golden().tensors.end(), "missing in kernelmix_golden.safetensors: " << key);
-  return it->second;
-}
-
-// Same formulas on the same float64 inputs: only the order of roundings differs.
-inline void golden_close(const std::string& what, const Tensor& got, const Tensor& want, double rtol = 1e-10,
-                         double atol = 1e-12) {
-  REQUIRE_MESSAGE(got.defined(), what << ": attnlab gave no tensor");
-  CHECK_MESSAGE(got.shape() == want.shape(),
-                what << ": shape " << to_string(got.shape()) << " vs PyTorch's " << to_string(want.shape()));
-  if (got.shape() != want.shape()) return;
-  auto g = got.to_vector<double>(), w = want.to_vector<double>();
-  double worst = 0;
-  size_t at = 0;
-  for (size_t i = 0; i < g.size(); ++i) {
-    const double excess = std::abs(g[i] - w[i]) - (atol + rtol * std::abs(w[i]));
-    if (!(excess <= worst)) worst = excess, at = i;  // catches NaN too
-  }
-  CHECK_MESSAGE(worst <= 0, what << ": element " << at << " is " << g[at] << ", PyTorch gives " << w[at]);
-}
-
-// Loads case `name`'s weights strictly into a layer built from its spec, runs it in eval mode
-// (need_weights, causal from the spec), and compares output, attention (when the file has it)
-// and the gradients of x, the context, head_mask (when the layer has one) and every parameter.
+// fnet and mixer have neither probabilities nor a head_mask; linear and performer have both.
 inline void run_golden_case(const std::string& name) {
-  const Metadata& meta = golden().metadata;
-  REQUIRE(meta.count(name + "/spec"));
-  const std::string spec = meta.at(name + "/spec");
-  const int64_t d_model = std::stoll(meta.at(name + "/d_model"));
-  INFO(name << ": " << spec << ", d_model=" << d_model);
-
-  auto layer = nn::make_attention(spec, d_model);
-  layer->to(kFloat64);
-  TensorMap weights;
-  const std::string prefix = name + "/w/";
-  for (const auto& [key, t] : golden().tensors)
-    if (key.rfind(prefix, 0) == 0) weights[key.substr(prefix.size())] = t;
-  layer->load_state_dict(weights);  // strict: names and shapes must be the spec's
-  layer->eval();
-  Tensor head_mask;
-  for (auto& [n, b] : layer->named_buffers())
-    if (n == "head_mask") head_mask = b;
-  if (head_mask.defined()) head_mask.requires_grad_();
-
-  Tensor x = clone(golden_required(name + "/x")).requires_grad_();
-  Tensor context = golden_optional(name + "/context");
-  if (context.defined()) context = clone(context).requires_grad_();
-  Tensor mask = golden_optional(name + "/mask");
-  auto result = layer->forward(x, context, mask, /*causal=*/false, /*need_weights=*/true);
-  result.output.backward(golden_required(name + "/grad_output"));
-
-  golden_close("output", result.output, golden_required(name + "/output"));
-  Tensor want_attention = golden_optional(name + "/attention");
-  if (want_attention.defined()) golden_close("attention", result.attention, want_attention);
-  else CHECK_FALSE(result.attention.defined());
-  golden_close("grad.x", x.grad(), golden_required(name + "/grad.x"));
-  std::set<std::string> expected, compared = {"x"};
-  if (context.defined()) {
-    golden_close("grad.context", context.grad(), golden_required(name + "/grad.context"));
-    compared.insert("context");
-  }
-  if (head_mask.defined()) {
-    golden_close("grad.head_mask", head_mask.grad(), golden_required(name + "/grad.head_mask"));
-    compared.insert("head_mask");
-  }
-  const std::string grad_prefix = name + "/grad.";
-  for (const auto& [key, t] : golden().tensors)
-    if (key.rfind(grad_prefix, 0) == 0) expected.insert(key.substr(grad_prefix.size()));
-  for (const auto& [pname, p] : layer->named_parameters()) {
-    Tensor g = p.grad().defined() ? p.grad() : zeros_like(p);
-    golden_close("grad." + pname, g, golden_required(grad_prefix + pname));
-    compared.insert(pname);
-  }
-  CHECK(compared == expected);
-}
-
-// The case names the golden file holds (from its "<case>/spec" metadata).
-inline std::set<std::string> golden_cases() {
-  std::set<std::string> out;
-  for (const auto& [key, v] : golden().metadata)
-    if (key.size() > 5 && key.compare(key.size() - 5, 5, "/spec") == 0) out.insert(key.substr(0, key.size() - 5));
-  return out;
+  testing::run_golden_case(golden(), name, {.attention_optional = true, .head_mask_optional = true});
 }
 
 }  // namespace attnlab::testing::kernelmix

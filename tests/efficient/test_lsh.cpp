@@ -7,44 +7,22 @@
 #include <numeric>
 #include <set>
 
+#include "golden.hpp"
+#include "cluster_testing.hpp"
 #include "helpers.hpp"
 #include "nn/attention/lsh.hpp"
 #include "nn/attention/registry.hpp"
 
 using namespace attnlab;
 using namespace attnlab::testing;
+using namespace attnlab::testing::cluster;
 using nn::make_attention;
 
 namespace {
 
-std::shared_ptr<nn::LshAttention> lsh64(const std::string& spec, int64_t d_model = 8) {
-  manual_seed(7);
-  auto a = std::dynamic_pointer_cast<nn::LshAttention>(make_attention(spec, d_model));
-  REQUIRE(a);
-  a->to(kFloat64);
-  return a;
+std::shared_ptr<nn::LshAttention> lsh64(const std::string& spec) {
+  return layer64<nn::LshAttention>(spec);
 }
-
-// y = x W^T + b as plain vectors: (B*T, out).
-std::vector<double> linear(const nn::Linear& l, const Tensor& x) {
-  Tensor y = matmul(x, transpose(l.weight, 0, 1));
-  return (l.bias.defined() ? y + l.bias : y).to_vector<double>();
-}
-
-// The mask as a function of (b, i, n, m); undefined = all allowed.
-struct DenseMask {
-  std::vector<double> v;
-  int64_t h = 0, N = 0;
-  DenseMask(const Tensor& mask, int64_t B, int64_t heads, int64_t n) : h(heads), N(n) {
-    if (!mask.defined()) return;
-    Tensor m = mask;
-    while (m.dim() < 4) m = unsqueeze(m, 0);
-    v = broadcast_to(m, {B, h, N, N}).to_vector<double>();
-  }
-  bool operator()(int64_t b, int64_t i, int64_t n, int64_t m) const {
-    return v.empty() || v[((b * h + i) * N + n) * N + m] != 0;
-  }
-};
 
 struct Twin {
   Tensor output;                 // (B, N, D)
@@ -376,70 +354,10 @@ TEST_CASE("lsh errors: N not a multiple of chunk, odd buckets, a context, bad op
 
 namespace {
 
-struct GoldenFile {
-  TensorMap tensors;
-  Metadata metadata;
-};
-
-const GoldenFile& golden() {
-  static const GoldenFile file = [] {
-    GoldenFile f;
-    f.tensors = load_safetensors(ATTNLAB_REFERENCE_DIR "/cluster_golden.safetensors", &f.metadata);
-    return f;
-  }();
-  return file;
-}
-
-void check_close(const std::string& what, const Tensor& got, const Tensor& want) {
-  REQUIRE_MESSAGE(got.defined(), what << ": attnlab gave no tensor");
-  REQUIRE_MESSAGE(got.shape() == want.shape(), what << ": shape " << to_string(got.shape()) << " vs "
-                                                    << to_string(want.shape()));
-  auto gv = got.to_vector<double>(), wv = want.to_vector<double>();
-  double worst = 0;
-  size_t at = 0;
-  for (size_t i = 0; i < gv.size(); ++i) {
-    const double excess = std::abs(gv[i] - wv[i]) - (1e-12 + 1e-10 * std::abs(wv[i]));
-    if (!(excess <= worst)) worst = excess, at = i;
-  }
-  CHECK_MESSAGE(worst <= 0, what << ": element " << at << " is " << gv[at] << ", PyTorch gives " << wv[at]);
-}
-
-void run_golden(const std::string& name) {
-  const Metadata& meta = golden().metadata;
-  REQUIRE(meta.count(name + "/spec"));
-  const std::string spec = meta.at(name + "/spec");
-  INFO(name << ": " << spec);
-  auto layer = make_attention(spec, std::stoll(meta.at(name + "/d_model")));
-  layer->to(kFloat64);
-  TensorMap weights;
-  for (const auto& [key, t] : golden().tensors)
-    if (key.rfind(name + "/w/", 0) == 0) weights[key.substr(name.size() + 3)] = t;
-  layer->load_state_dict(weights);  // strict, buffers included
-  layer->train(meta.at(name + "/mode") == "train");
-  Tensor head_mask = layer->get_buffer("head_mask");
-  head_mask.requires_grad_();
-  Tensor x = clone(golden().tensors.at(name + "/x")).requires_grad_();
-  Tensor mask;
-  if (golden().tensors.count(name + "/mask")) mask = golden().tensors.at(name + "/mask");
-  auto r = layer->forward(x, {}, mask, false, true);
-  r.output.backward(golden().tensors.at(name + "/grad_output"));
-  check_close("output", r.output, golden().tensors.at(name + "/output"));
-  check_close("attention", r.attention, golden().tensors.at(name + "/attention"));
-  check_close("grad.x", x.grad(), golden().tensors.at(name + "/grad.x"));
-  check_close("grad.head_mask", head_mask.grad(), golden().tensors.at(name + "/grad.head_mask"));
-  std::set<std::string> compared = {"x", "head_mask"}, expected;
-  for (const auto& [key, t] : golden().tensors)
-    if (key.rfind(name + "/grad.", 0) == 0) expected.insert(key.substr(name.size() + 6));
-  for (const auto& [pname, p] : layer->named_parameters()) {
-    REQUIRE(golden().tensors.count(name + "/grad." + pname));
-    check_close("grad." + pname, p.grad().defined() ? p.grad() : zeros_like(p),
-                golden().tensors.at(name + "/grad." + pname));
-    compared.insert(pname);
-  }
-  CHECK(compared == expected);
-  for (const auto& [key, t] : golden().tensors)  // buffers after the forward (routing's centroids)
-    if (key.rfind(name + "/buffer.", 0) == 0) check_close(key, layer->get_buffer(key.substr(name.size() + 8)), t);
-}
+// Each case's "mode" metadata puts routing_train in train mode, where the forward updates the
+// centroids; the file's buffer.centroids pins the update.
+const GoldenFile& golden() { return reference_file("cluster_golden.safetensors"); }
+void run_golden(const std::string& name) { run_golden_case(golden(), name); }
 
 }  // namespace
 
@@ -451,10 +369,8 @@ TEST_CASE("routing golden: causal, query mask with an empty row, gate, key_size 
   run_golden("routing_causal_gate");
 }
 TEST_CASE("cluster golden: the file and these tests name the same cases") {
-  std::set<std::string> in_file;
-  for (const auto& [key, t] : golden().tensors) in_file.insert(key.substr(0, key.find('/')));
-  CHECK(in_file == std::set<std::string>{"lsh_masked", "lsh_causal_gate", "lsh_one_chunk", "routing_train",
-                                         "routing_causal_gate"});
+  check_golden_cases(golden(),
+                     {"lsh_masked", "lsh_causal_gate", "lsh_one_chunk", "routing_train", "routing_causal_gate"});
 }
 
 TEST_CASE("docs/attention.md: the lsh example compiles and runs") {

@@ -110,13 +110,10 @@ TEST_CASE("mixer golden: N < max_len, biases") { run_golden_case("mixer"); }
 TEST_CASE("mixer golden: bias=false, N = max_len") { run_golden_case("mixer_no_bias"); }
 
 TEST_CASE("kernelmix golden: the file and the tests name the same cases") {
-  const std::set<std::string> here = {"linear_cross_keymask", "linear_causal_gate", "linear_general_mask",
-                                      "performer_ortho_pad",  "performer_causal",   "performer_cross_general",
-                                      "fnet",                 "mixer",              "mixer_no_bias"};
-  std::set<std::string> in_file;
-  for (const auto& [key, t] : golden().tensors) in_file.insert(key.substr(0, key.find('/')));
-  CHECK(in_file == here);
-  CHECK(golden_cases() == here);
+  const std::vector<std::string> here = {"linear_cross_keymask", "linear_causal_gate", "linear_general_mask",
+                                         "performer_ortho_pad",  "performer_causal",   "performer_cross_general",
+                                         "fnet",                 "mixer",              "mixer_no_bias"};
+  check_golden_cases(golden(), here);
 }
 
 TEST_CASE("docs/attention.md: the mixer example compiles and runs") {

@@ -5,6 +5,7 @@
 // docs example. The golden cases are run by tests/efficient/test_lsh.cpp's runner.
 #include <algorithm>
 
+#include "cluster_testing.hpp"
 #include "helpers.hpp"
 #include "nn/attention/mha.hpp"
 #include "nn/attention/registry.hpp"
@@ -12,36 +13,14 @@
 
 using namespace attnlab;
 using namespace attnlab::testing;
+using namespace attnlab::testing::cluster;
 using nn::make_attention;
 
 namespace {
 
-std::shared_ptr<nn::RoutingAttention> routing64(const std::string& spec, int64_t d_model = 8) {
-  manual_seed(7);
-  auto a = std::dynamic_pointer_cast<nn::RoutingAttention>(make_attention(spec, d_model));
-  REQUIRE(a);
-  a->to(kFloat64);
-  return a;
+std::shared_ptr<nn::RoutingAttention> routing64(const std::string& spec) {
+  return layer64<nn::RoutingAttention>(spec);
 }
-
-std::vector<double> linear(const nn::Linear& l, const Tensor& x) {
-  Tensor y = matmul(x, transpose(l.weight, 0, 1));
-  return (l.bias.defined() ? y + l.bias : y).to_vector<double>();
-}
-
-struct DenseMask {
-  std::vector<double> v;
-  int64_t h = 0, N = 0;
-  DenseMask(const Tensor& mask, int64_t B, int64_t heads, int64_t n) : h(heads), N(n) {
-    if (!mask.defined()) return;
-    Tensor m = mask;
-    while (m.dim() < 4) m = unsqueeze(m, 0);
-    v = broadcast_to(m, {B, h, N, N}).to_vector<double>();
-  }
-  bool operator()(int64_t b, int64_t i, int64_t n, int64_t m) const {
-    return v.empty() || v[((b * h + i) * N + n) * N + m] != 0;
-  }
-};
 
 struct Twin {
   Tensor output, attention;   // (B, N, D), (B, h, N, N)

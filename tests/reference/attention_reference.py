@@ -9,60 +9,25 @@ this script writes:
 
     /usr/bin/python3 tests/reference/attention_reference.py   # rewrites attention_golden.safetensors
 
-Everything is float64. For case CASE the file holds
-
-    CASE/w/<name>         every parameter and persistent buffer (random, not the defaults)
-    CASE/x, CASE/context  inputs (context only for cross-attention)
-    CASE/mask             the bool "allowed" mask (when the case has one)
-    CASE/grad_output      upstream gradient of the output
-    CASE/output           expected output (B, N, D)
-    CASE/attention        expected probabilities (B, h, N, M)
-    CASE/grad.x, CASE/grad.context, CASE/grad.<param>, CASE/grad.head_mask
-                          gradients of sum(output * grad_output)
-
-and the metadata entries "CASE/spec" and "CASE/d_model". The layer is called in eval mode with
-causal=false (causality comes from the spec) and need_weights. Each case draws from its own
-generator seeded by its name, so editing one case leaves the others' data unchanged.
+The file's layout is golden_common.py's (with metadata "CASE/spec" and "CASE/d_model"). The
+layer is called in eval mode with causal=false (causality comes from the spec) and need_weights.
 
 A query row with no allowed key gives zero probabilities and a zero head output (spec section
-0); PyTorch's softmax of an all -inf row is NaN, so masked_softmax() below defines that row.
+0); golden_common.masked_softmax() defines that row.
 """
 import math
 import os
 import sys
-import zlib
-
-try:
-    import numpy as np
-    import torch
-    import torch.nn as tnn
-    import torch.nn.functional as F
-except ImportError:
-    if os.path.exists("/usr/bin/python3") and os.path.realpath(sys.executable) != os.path.realpath("/usr/bin/python3"):
-        os.execv("/usr/bin/python3", ["/usr/bin/python3", os.path.abspath(__file__)] + sys.argv[1:])
-    sys.exit("attention_reference.py needs NumPy and PyTorch 1.13: apt-get install python3-numpy python3-torch")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import safetensors_lite  # noqa: E402
+import golden_common as gc  # noqa: E402  (re-runs this script under /usr/bin/python3 if needed)
+from golden_common import Heads, masked_softmax, split_heads  # noqa: E402
+import torch  # noqa: E402
+import torch.nn as tnn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-OUT = os.path.join(HERE, "attention_golden.safetensors")
-torch.set_default_dtype(torch.float64)
 
-
-# ---- shared pieces (spec section 0 and 1.4) ----
-
-def masked_softmax(s, allowed):
-    """softmax over the last dim of s (..., N, M) where `allowed` (broadcastable) is true;
-    a row with nothing allowed is all zeros with zero gradient."""
-    if allowed is None:
-        return torch.softmax(s, -1)
-    allowed = allowed.expand_as(s)
-    row_any = allowed.any(-1, keepdim=True)
-    s = s.masked_fill(~allowed, float("-inf"))
-    s = torch.where(row_any, s, torch.zeros_like(s))  # keeps the empty rows finite
-    return torch.softmax(s, -1) * allowed
-
+# ---- spec section 0 ----
 
 def allowed_mask(mask, n, m, causal):
     allowed = mask
@@ -72,45 +37,9 @@ def allowed_mask(mask, n, m, causal):
     return allowed
 
 
-def split_heads(t, h):
-    b, n, hd = t.shape
-    return t.view(b, n, h, hd // h).transpose(1, 2)  # (B, h, N, d)
-
-
-def merge_heads(t):
-    b, h, n, d = t.shape
-    return t.transpose(1, 2).reshape(b, n, h * d)  # (B, N, h*d)
-
-
-class Gate(tnn.Module):
-    """Hard Concrete gate, eval mode: g = clamp(sigmoid(log_alpha) (zeta - gamma) + gamma, 0, 1)."""
-
-    def __init__(self, hv, gamma=-0.1, zeta=1.1):
-        super().__init__()
-        self.log_alpha = tnn.Parameter(torch.full((hv,), 2.0))
-        self.gamma, self.zeta = gamma, zeta
-
-    def forward(self):
-        return torch.clamp(torch.sigmoid(self.log_alpha) * (self.zeta - self.gamma) + self.gamma, 0.0, 1.0)
-
-
-class HeadOutput(tnn.Module):
-    """What every multi-head variant shares after its probabilities: optional gate, head_mask,
-    out_proj. Subclasses register v_proj and out_proj."""
-
-    def init_heads(self, hv, gate):
-        if gate:
-            self.gate = Gate(hv)
-        self.register_buffer("head_mask", torch.ones(hv))
-
-    def head_scale(self):
-        s = self.gate() * self.head_mask if hasattr(self, "gate") else self.head_mask  # (hv)
-        return s.view(1, -1, 1, 1)
-
-
 # ---- 1.1 mha ----
 
-class MHA(HeadOutput):
+class MHA(Heads):
     def __init__(self, d, h, dk=None, dv=None, bias=True, key_bias=None, causal=False, gate=False):
         super().__init__()
         self.h, self.dk, self.dv = h, dk or d // h, dv or d // h
@@ -127,13 +56,12 @@ class MHA(HeadOutput):
         q, k, v = split_heads(self.q_proj(x), self.h), split_heads(self.k_proj(c), self.h), split_heads(self.v_proj(c), self.h)
         s = q @ k.transpose(-2, -1) / math.sqrt(self.dk)  # (B, h, N, M)
         p = masked_softmax(s, allowed_mask(mask, n, m, self.causal))
-        o = (p @ v) * self.head_scale()  # (B, h, N, dv)
-        return self.out_proj(merge_heads(o)), p
+        return self.finish(p @ v), p
 
 
 # ---- 1.2 talking_heads ----
 
-class TalkingHeads(HeadOutput):
+class TalkingHeads(Heads):
     def __init__(self, d, h, hk=None, hv=None, pre=True, post=True, causal=False):
         super().__init__()
         self.h, self.hk, self.hv = h, hk or h, hv or h
@@ -155,13 +83,12 @@ class TalkingHeads(HeadOutput):
         L = torch.einsum("banm,aj->bjnm", J, self.pre_mix) if self.pre_mix is not None else J  # (B, h, N, M)
         W = masked_softmax(L, allowed_mask(mask, n, m, self.causal))
         U = torch.einsum("bjnm,jv->bvnm", W, self.post_mix) if self.post_mix is not None else W  # (B, hv, N, M)
-        o = (U @ v) * self.head_scale()
-        return self.out_proj(merge_heads(o)), W
+        return self.finish(U @ v), W
 
 
 # ---- 1.3 collaborative ----
 
-class Collaborative(HeadOutput):
+class Collaborative(Heads):
     def __init__(self, d, h, dks=None, dv=None, causal=False, gate=False):
         super().__init__()
         self.h, self.dks, self.dv = h, dks or d, dv or d // h
@@ -181,8 +108,7 @@ class Collaborative(HeadOutput):
         s = torch.einsum("bnr,ir,bmr->binm", qt, self.mixing, kt)  # (B, h, N, M)
         s = self.scale * (s + self.content_bias(c).transpose(1, 2).unsqueeze(2))  # + content_bias[i] . c[m]
         p = masked_softmax(s, allowed_mask(mask, n, m, self.causal))
-        o = (p @ split_heads(self.v_proj(c), self.h)) * self.head_scale()
-        return self.out_proj(merge_heads(o)), p
+        return self.finish(p @ split_heads(self.v_proj(c), self.h)), p
 
 
 # ---- 1.5 synthesizer ----
@@ -260,7 +186,7 @@ class Vanilla(tnn.Module):
         return q @ k.transpose(-2, -1) / math.sqrt(self.dk)
 
 
-class Synthesizer(HeadOutput):
+class Synthesizer(Heads):
     def __init__(self, d, parts, L, h, factor=8, a=None, b=None, causal=False):
         super().__init__()
         self.h, self.causal, self.parts = h, causal, parts
@@ -291,8 +217,7 @@ class Synthesizer(HeadOutput):
             s = sum(w[i] * getattr(self, p)(x) for i, p in enumerate(self.parts))
         s = s.expand(b, self.h, n, n)
         p = masked_softmax(s, allowed_mask(mask, n, n, self.causal))
-        o = (p @ split_heads(self.v_proj(x), self.h)) * self.head_scale()
-        return self.out_proj(merge_heads(o)), p
+        return self.finish(p @ split_heads(self.v_proj(x), self.h)), p
 
 
 # ---- cases ----
@@ -301,19 +226,11 @@ D, B = 8, 2
 
 
 def key_mask(rng, n, m):
-    """(B, 1, N, M) query-dependent mask; batch 1, query row 1 allows nothing."""
-    mask = rng.random((B, 1, n, m)) < 0.7
-    mask[:, :, :, 0] = True
-    mask[1, 0, 1, :] = False
-    return mask
+    return gc.query_mask(rng, B, n, m)
 
 
 def padding_mask(rng, n, m):
-    """(B, 1, 1, M) key padding: batch 0 pads its last key, batch 1 its last two."""
-    mask = np.ones((B, 1, 1, m), dtype=bool)
-    mask[0, ..., m - 1:] = False
-    mask[1, ..., m - 2:] = False
-    return mask
+    return gc.padding_mask(B, m, pad=2)
 
 
 # name: (spec, module factory, N, M (None = self-attention), mask factory or None, fixed tensors)
@@ -348,60 +265,22 @@ CASES = {
 }
 
 
-def run_case(name, spec, factory, n, m, mask_fn, fixed):
-    rng = np.random.default_rng(zlib.crc32(name.encode()))
+def run_case(name, factory, n, m, mask_fn, fixed):
+    rng = gc.case_rng(name)
     torch.manual_seed(0)
     model = factory().eval()
-    # Random weights, not the defaults, so that every tensor moves the output.
-    with torch.no_grad():
-        for key, t in model.state_dict().items():
-            if key == "head_mask":
-                t.copy_(torch.from_numpy(rng.uniform(0.5, 1.5, t.shape)))
-            else:
-                t.copy_(torch.from_numpy(rng.normal(0.0, 0.5, t.shape)))
-        for key, values in fixed.items():
-            model.state_dict()[key].copy_(torch.tensor(values))
-    model.head_mask.requires_grad_(True)
+    gc.randomize(model, rng, fixed)
 
-    x = torch.from_numpy(rng.normal(size=(B, n, D))).requires_grad_(True)
-    c = torch.from_numpy(rng.normal(size=(B, m, D))).requires_grad_(True) if m else None
-    mask_np = mask_fn(rng, n, m or n) if mask_fn else None
-    mask = torch.from_numpy(mask_np) if mask_np is not None else None
-    out, att = model(x, c if c is not None else x, mask)
-    if mask_fn is key_mask:  # the empty row: zero head outputs leave out_proj.bias alone
-        assert torch.equal(att[1, :, 1], torch.zeros_like(att[1, :, 1]))
-        assert torch.allclose(out[1, 1], model.out_proj.bias, rtol=0, atol=1e-15)
-    grad_output = torch.from_numpy(rng.normal(size=out.shape))
-    (out * grad_output).sum().backward()
+    def check(out, att):
+        if mask_fn is key_mask:  # the empty row: zero head outputs leave out_proj.bias alone
+            assert torch.equal(att[1, :, 1], torch.zeros_like(att[1, :, 1]))
+            assert torch.allclose(out[1, 1], model.out_proj.bias, rtol=0, atol=1e-15)
 
-    record = {"x": x, "grad_output": grad_output, "output": out, "attention": att, "grad.x": x.grad}
-    if c is not None:
-        record.update({"context": c, "grad.context": c.grad})
-    if mask is not None:
-        record["mask"] = mask
-    for key, t in model.state_dict().items():
-        record["w/" + key] = t
-    for key, p in list(model.named_parameters()) + [("head_mask", model.head_mask)]:
-        record["grad." + key] = p.grad if p.grad is not None else torch.zeros_like(p)
-    tensors = {}
-    for key, t in record.items():
-        a = t.detach().numpy() if isinstance(t, torch.Tensor) else t
-        assert not np.isnan(a).any() if a.dtype != np.bool_ else True, f"{name}/{key} has NaN"
-        tensors[f"{name}/{key}"] = np.ascontiguousarray(a)
-    return tensors
+    return gc.forward_case(name, model, rng, (B, n, D), m, mask_fn, (n, m or n), check)
 
 
 def main():
-    tensors, metadata = {}, {}
-    for name, (spec, factory, n, m, mask_fn, fixed) in CASES.items():
-        tensors.update(run_case(name, spec, factory, n, m, mask_fn, fixed))
-        metadata[f"{name}/spec"] = spec
-        metadata[f"{name}/d_model"] = str(D)
-    metadata["generator"] = "tests/reference/attention_reference.py (PyTorch %s)" % torch.__version__
-    safetensors_lite.save(OUT, tensors, metadata)
-    if os.path.getsize(OUT) > 150 * 1024:  # committed to the repository: keep the cases small
-        sys.exit(f"{OUT} is {os.path.getsize(OUT)} bytes; keep it under 150 KiB")
-    print(f"wrote {OUT}: {len(CASES)} cases, {len(tensors)} tensors, {os.path.getsize(OUT)} bytes")
+    gc.write_cases(__file__, CASES, run_case, D)
 
 
 if __name__ == "__main__":

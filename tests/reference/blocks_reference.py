@@ -11,93 +11,36 @@ this script writes:
 
     /usr/bin/python3 tests/reference/blocks_reference.py   # rewrites blocks_golden.safetensors
 
-Layout (float64; random_blocks int64; masks bool), for case CASE:
-
-    CASE/w/<name>         every parameter and persistent buffer
-    CASE/x, CASE/context  inputs (context only for cross-attention)
-    CASE/mask             the bool "allowed" mask (when the case has one)
-    CASE/grad_output      upstream gradient of the output
-    CASE/output           expected output (B, N, D)
-    CASE/attention        expected probabilities (B, h, N, M)
-    CASE/grad.x, CASE/grad.context, CASE/grad.<param>, CASE/grad.head_mask
-
-and metadata "CASE/spec", "CASE/d_model". The layer runs in eval mode with causal=false (causality
-comes from the spec) and need_weights. Each case draws from a generator seeded by its name.
+The file's layout is golden_common.py's (random_blocks int64, masks bool, the rest float64).
+The layer runs in eval mode with causal=false (causality comes from the spec) and need_weights.
 """
 import math
 import os
 import sys
-import zlib
-
-try:
-    import numpy as np
-    import torch
-    import torch.nn as tnn
-except ImportError:
-    if os.path.exists("/usr/bin/python3") and os.path.realpath(sys.executable) != os.path.realpath("/usr/bin/python3"):
-        os.execv("/usr/bin/python3", ["/usr/bin/python3", os.path.abspath(__file__)] + sys.argv[1:])
-    sys.exit("blocks_reference.py needs NumPy and PyTorch: apt-get install python3-numpy python3-torch")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import safetensors_lite  # noqa: E402
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-OUT = os.path.join(HERE, "blocks_golden.safetensors")
-torch.set_default_dtype(torch.float64)
-
-
-def masked_softmax(s, allowed):
-    """softmax over the last dim where `allowed`; a row with nothing allowed is all zeros."""
-    allowed = allowed.expand_as(s)
-    row_any = allowed.any(-1, keepdim=True)
-    s = s.masked_fill(~allowed, float("-inf"))
-    s = torch.where(row_any, s, torch.zeros_like(s))
-    return torch.softmax(s, -1) * allowed
+import golden_common as gc  # noqa: E402  (re-runs this script under /usr/bin/python3 if needed)
+from golden_common import masked_softmax, split_heads  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn as tnn  # noqa: E402
 
 
-def split_heads(t, h):
-    b, n, hd = t.shape
-    return t.view(b, n, h, hd // h).transpose(1, 2)  # (B, h, N, d)
-
-
-def merge_heads(t):
-    b, h, n, d = t.shape
-    return t.transpose(1, 2).reshape(b, n, h * d)  # (B, N, h*d)
-
-
-class Gate(tnn.Module):
-    """Hard Concrete gate in eval mode: clamp(sigmoid(log_alpha) (zeta - gamma) + gamma, 0, 1)."""
-
-    def __init__(self, h):
-        super().__init__()
-        self.log_alpha = tnn.Parameter(torch.full((h,), 2.0))
+class Gate(gc.Gate):
+    """The committed file was written with the factor zeta - gamma as the literal 1.2; computed, it
+    rounds to 1.2000000000000002, which would move the last bits of the gated cases."""
 
     def forward(self):
         return torch.clamp(torch.sigmoid(self.log_alpha) * 1.2 - 0.1, 0.0, 1.0)
 
 
-class Projected(tnn.Module):
-    """The MHA projections, gate and head_mask (spec section 0 and 1.4)."""
-
-    def __init__(self, d, h, dk, dv, bias, gate):
-        super().__init__()
-        self.h, self.dk, self.dv = h, dk, dv
-        self.q_proj = tnn.Linear(d, h * dk, bias=bias)
-        self.k_proj = tnn.Linear(d, h * dk, bias=bias)
-        self.v_proj = tnn.Linear(d, h * dv, bias=bias)
-        self.out_proj = tnn.Linear(h * dv, d, bias=bias)
-        if gate:
-            self.gate = Gate(h)
-        self.register_buffer("head_mask", torch.ones(h))
+class Projected(gc.Projected):
+    gate_type = Gate
 
     def attend(self, lq, lk, lv, x, c, allowed):
         q, k, v = split_heads(lq(x), self.h), split_heads(lk(c), self.h), split_heads(lv(c), self.h)
         p = masked_softmax(q @ k.transpose(-2, -1) / math.sqrt(self.dk), allowed)  # (B, h, N, M)
         return p, p @ v
-
-    def finish(self, o):
-        s = self.gate() * self.head_mask if hasattr(self, "gate") else self.head_mask
-        return self.out_proj(merge_heads(o * s.view(1, -1, 1, 1)))
 
 
 class Longformer(Projected):
@@ -169,19 +112,11 @@ D, B = 8, 2
 
 
 def rows_mask(rng, n, m):
-    """(B, 1, N, M) query-dependent mask; batch 1, query row 1 allows nothing."""
-    mask = rng.random((B, 1, n, m)) < 0.7
-    mask[:, :, :, 0] = True
-    mask[1, 0, 1, :] = False
-    return mask
+    return gc.query_mask(rng, B, n, m)
 
 
 def padding_mask(rng, n, m):
-    """(B, 1, 1, M) key padding: batch 0 pads its last key, batch 1 its last three."""
-    mask = np.ones((B, 1, 1, m), dtype=bool)
-    mask[0, ..., m - 1:] = False
-    mask[1, ..., m - 3:] = False
-    return mask
+    return gc.padding_mask(B, m, pad=3)
 
 
 # name: (spec, module factory(rng), N, M (None = self-attention), mask factory or None, fixed tensors)
@@ -205,60 +140,21 @@ CASES = {
 
 
 def run_case(name, factory, n, m, mask_fn, fixed):
-    rng = np.random.default_rng(zlib.crc32(name.encode()))
+    rng = gc.case_rng(name)
     torch.manual_seed(0)
     model = factory(rng).eval()
-    with torch.no_grad():
-        for key, t in model.state_dict().items():
-            if key == "random_blocks":
-                continue
-            if key == "head_mask":
-                t.copy_(torch.from_numpy(rng.uniform(0.5, 1.5, t.shape)))
-            else:
-                t.copy_(torch.from_numpy(rng.normal(0.0, 0.5, t.shape)))
-        for key, values in fixed.items():
-            model.state_dict()[key].copy_(torch.tensor(values))
-    model.head_mask.requires_grad_(True)
+    gc.randomize(model, rng, fixed, init={"random_blocks": None})  # drawn by the factory
 
-    x = torch.from_numpy(rng.normal(size=(B, n, D))).requires_grad_(True)
-    c = torch.from_numpy(rng.normal(size=(B, m, D))).requires_grad_(True) if m else None
-    mask_np = mask_fn(rng, n, m or n) if mask_fn else None
-    mask = torch.from_numpy(mask_np) if mask_np is not None else None
-    out, att = model(x, c if c is not None else x, mask)
-    if mask_fn is rows_mask:  # the empty row: zero head outputs leave out_proj.bias alone
-        assert torch.equal(att[1, :, 1], torch.zeros_like(att[1, :, 1]))
-        assert torch.allclose(out[1, 1], model.out_proj.bias, rtol=0, atol=1e-15)
-    grad_output = torch.from_numpy(rng.normal(size=out.shape))
-    (out * grad_output).sum().backward()
+    def check(out, att):
+        if mask_fn is rows_mask:  # the empty row: zero head outputs leave out_proj.bias alone
+            assert torch.equal(att[1, :, 1], torch.zeros_like(att[1, :, 1]))
+            assert torch.allclose(out[1, 1], model.out_proj.bias, rtol=0, atol=1e-15)
 
-    record = {"x": x, "grad_output": grad_output, "output": out, "attention": att, "grad.x": x.grad}
-    if c is not None:
-        record.update({"context": c, "grad.context": c.grad})
-    if mask is not None:
-        record["mask"] = mask
-    for key, t in model.state_dict().items():
-        record["w/" + key] = t
-    for key, p in list(model.named_parameters()) + [("head_mask", model.head_mask)]:
-        record["grad." + key] = p.grad if p.grad is not None else torch.zeros_like(p)
-    tensors = {}
-    for key, t in record.items():
-        a = t.detach().numpy() if isinstance(t, torch.Tensor) else t
-        assert a.dtype == np.bool_ or not np.isnan(a).any(), f"{name}/{key} has NaN"
-        tensors[f"{name}/{key}"] = np.ascontiguousarray(a)
-    return tensors
+    return gc.forward_case(name, model, rng, (B, n, D), m, mask_fn, (n, m or n), check)
 
 
 def main():
-    tensors, metadata = {}, {}
-    for name, (spec, factory, n, m, mask_fn, fixed) in CASES.items():
-        tensors.update(run_case(name, factory, n, m, mask_fn, fixed))
-        metadata[f"{name}/spec"] = spec
-        metadata[f"{name}/d_model"] = str(D)
-    metadata["generator"] = "tests/reference/blocks_reference.py (PyTorch %s)" % torch.__version__
-    safetensors_lite.save(OUT, tensors, metadata)
-    if os.path.getsize(OUT) > 150 * 1024:  # committed to the repository: keep the cases small
-        sys.exit(f"{OUT} is {os.path.getsize(OUT)} bytes; keep it under 150 KiB")
-    print(f"wrote {OUT}: {len(CASES)} cases, {len(tensors)} tensors, {os.path.getsize(OUT)} bytes")
+    gc.write_cases(__file__, CASES, run_case, D)
 
 
 if __name__ == "__main__":

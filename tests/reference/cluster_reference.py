@@ -10,51 +10,22 @@ identically. tests/efficient/test_lsh.cpp reads the file this script writes:
 
     /usr/bin/python3 tests/reference/cluster_reference.py   # rewrites cluster_golden.safetensors
 
-Everything is float64. For case CASE the file holds
-
-    CASE/w/<name>          every parameter and persistent buffer
-    CASE/x, CASE/mask      input and the bool "allowed" mask (when the case has one)
-    CASE/grad_output       upstream gradient of the output
-    CASE/output            expected output (B, N, D)
-    CASE/attention         expected probabilities (B, h, N, N)
-    CASE/grad.x, CASE/grad.<param>, CASE/grad.head_mask
-                           gradients of sum(output * grad_output)
-    CASE/buffer.<name>     buffers after the forward call (train-mode cases: the centroids)
-
-and the metadata "CASE/spec", "CASE/d_model", "CASE/mode" (eval or train). The layer is called
-with causal=false (causality comes from the spec) and need_weights.
+The file's layout is golden_common.py's, with "CASE/buffer.<name>" the buffers after the
+forward call (train-mode cases: the centroids) and metadata "CASE/mode" (eval or train). There is
+no context: both variants are self-attention only. The layer is called with causal=false
+(causality comes from the spec) and need_weights.
 """
 import math
 import os
 import sys
-import zlib
-
-try:
-    import numpy as np
-    import torch
-    import torch.nn as tnn
-    import torch.nn.functional as F
-except ImportError:
-    if os.path.exists("/usr/bin/python3") and os.path.realpath(sys.executable) != os.path.realpath("/usr/bin/python3"):
-        os.execv("/usr/bin/python3", ["/usr/bin/python3", os.path.abspath(__file__)] + sys.argv[1:])
-    sys.exit("cluster_reference.py needs NumPy and PyTorch: apt-get install python3-numpy python3-torch")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import safetensors_lite  # noqa: E402
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-OUT = os.path.join(HERE, "cluster_golden.safetensors")
-torch.set_default_dtype(torch.float64)
-
-
-def split_heads(t, h):
-    b, n, hd = t.shape
-    return t.view(b, n, h, hd // h).transpose(1, 2)  # (B, h, N, d)
-
-
-def merge_heads(t):
-    b, h, n, d = t.shape
-    return t.transpose(1, 2).reshape(b, n, h * d)  # (B, N, h*d)
+import golden_common as gc  # noqa: E402  (re-runs this script under /usr/bin/python3 if needed)
+from golden_common import Heads, merge_heads, split_heads  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn as tnn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 
 def base_allowed(mask, b, h, n, causal):
@@ -65,29 +36,6 @@ def base_allowed(mask, b, h, n, causal):
     if causal:
         allowed = allowed & torch.ones(n, n, dtype=torch.bool).tril()
     return allowed
-
-
-class Gate(tnn.Module):
-    """Hard Concrete gate, eval mode."""
-
-    def __init__(self, hv, gamma=-0.1, zeta=1.1):
-        super().__init__()
-        self.log_alpha = tnn.Parameter(torch.full((hv,), 2.0))
-        self.gamma, self.zeta = gamma, zeta
-
-    def forward(self):
-        return torch.clamp(torch.sigmoid(self.log_alpha) * (self.zeta - self.gamma) + self.gamma, 0.0, 1.0)
-
-
-class Heads(tnn.Module):
-    def init_heads(self, h, gate):
-        if gate:
-            self.gate = Gate(h)
-        self.register_buffer("head_mask", torch.ones(h))
-
-    def head_scale(self):
-        s = self.gate() * self.head_mask if hasattr(self, "gate") else self.head_mask
-        return s.view(1, -1, 1, 1)
 
 
 class LSH(Heads):
@@ -132,8 +80,7 @@ class LSH(Heads):
         lse_m = lse.masked_fill(~any_t, float("-inf")).masked_fill(~any_q, 0.0)
         w = torch.where(any_t, torch.softmax(lse_m, 2), torch.zeros_like(lse))  # (B, h, R, N)
         att = (w.unsqueeze(-1) * p).sum(2)  # (B, h, N, N)
-        o = (att @ v) * self.head_scale()
-        return self.out_proj(merge_heads(o)), att
+        return self.finish(att @ v), att
 
 
 class Routing(Heads):
@@ -190,19 +137,11 @@ D, B = 8, 2
 
 
 def query_mask(rng, n):
-    """(B, 1, N, N): random, key 0 always allowed, batch 1's query row 1 allows nothing."""
-    mask = rng.random((B, 1, n, n)) < 0.7
-    mask[..., 0] = True
-    mask[1, 0, 1, :] = False
-    return mask
+    return gc.query_mask(rng, B, n, n)
 
 
 def padding_mask(rng, n):
-    """(B, 1, 1, N): batch 0 pads its last key, batch 1 its last three."""
-    mask = np.ones((B, 1, 1, n), dtype=bool)
-    mask[0, ..., n - 1:] = False
-    mask[1, ..., n - 3:] = False
-    return mask
+    return gc.padding_mask(B, n, pad=3)
 
 
 def both_masks(rng, n):
@@ -232,63 +171,31 @@ CASES = {
 
 
 def run_case(name, factory, n, mask_fn, mode, fixed):
-    rng = np.random.default_rng(zlib.crc32(name.encode()))
+    rng = gc.case_rng(name)
     torch.manual_seed(0)
     model = factory().train(mode == "train")
-    with torch.no_grad():
-        for key, t in model.state_dict().items():
-            if key == "head_mask":
-                t.copy_(torch.from_numpy(rng.uniform(0.5, 1.5, t.shape)))
-            elif key == "centroids":
-                t.copy_(torch.from_numpy(unit(rng, t.shape)))
-            elif key == "rotations":
-                t.copy_(torch.from_numpy(rng.normal(size=t.shape)))
-            else:
-                t.copy_(torch.from_numpy(rng.normal(0.0, 0.5, t.shape)))
-        for key, values in fixed.items():
-            model.state_dict()[key].copy_(torch.tensor(values))
+    gc.randomize(model, rng, fixed, init={"centroids": lambda shape: unit(rng, shape),
+                                          "rotations": lambda shape: rng.normal(size=shape)})
     weights = {k: t.clone() for k, t in model.state_dict().items()}  # before any update
-    model.head_mask.requires_grad_(True)
 
-    x = torch.from_numpy(rng.normal(size=(B, n, D))).requires_grad_(True)
+    x = gc.leaf(rng, (B, n, D))
     mask_np = mask_fn(rng, n) if mask_fn else None
     mask = torch.from_numpy(mask_np) if mask_np is not None else None
     out, att = model(x, mask)
-    grad_output = torch.from_numpy(rng.normal(size=out.shape))
-    (out * grad_output).sum().backward()
-
-    record = {"x": x, "grad_output": grad_output, "output": out, "attention": att, "grad.x": x.grad}
-    if mask is not None:
-        record["mask"] = mask
-    for key, t in weights.items():
-        record["w/" + key] = t
-    for key, p in list(model.named_parameters()) + [("head_mask", model.head_mask)]:
-        record["grad." + key] = p.grad if p.grad is not None else torch.zeros_like(p)
+    record = gc.backward_record(model, rng, x, None, mask, out, att, weights)
     if mode == "train":
         for key, t in model.named_buffers():
             if key != "head_mask":
                 record["buffer." + key] = t
                 assert not torch.equal(t, weights[key]), f"{name}: {key} did not move"
-    tensors = {}
-    for key, t in record.items():
-        a = t.detach().numpy() if isinstance(t, torch.Tensor) else t
-        assert a.dtype == np.bool_ or not np.isnan(a).any(), f"{name}/{key} has NaN"
-        tensors[f"{name}/{key}"] = np.ascontiguousarray(a)
-    return tensors
+    return gc.case_tensors(name, record)
 
 
 def main():
-    tensors, metadata = {}, {}
+    golden = gc.GoldenFile(__file__)
     for name, (spec, factory, n, mask_fn, mode, fixed) in CASES.items():
-        tensors.update(run_case(name, factory, n, mask_fn, mode, fixed))
-        metadata[f"{name}/spec"] = spec
-        metadata[f"{name}/d_model"] = str(D)
-        metadata[f"{name}/mode"] = mode
-    metadata["generator"] = "tests/reference/cluster_reference.py (PyTorch %s)" % torch.__version__
-    safetensors_lite.save(OUT, tensors, metadata)
-    if os.path.getsize(OUT) > 150 * 1024:
-        sys.exit(f"{OUT} is {os.path.getsize(OUT)} bytes; keep it under 150 KiB")
-    print(f"wrote {OUT}: {len(CASES)} cases, {len(tensors)} tensors, {os.path.getsize(OUT)} bytes")
+        golden.add(name, spec, D, run_case(name, factory, n, mask_fn, mode, fixed), mode=mode)
+    golden.save()
 
 
 if __name__ == "__main__":

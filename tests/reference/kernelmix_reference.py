@@ -13,19 +13,9 @@ key masks, torch.cumsum over outer products (B, h, N, F, dv) for causality, and 
 quadratic form for query-dependent masks; performer uses the unshifted exp (float64, moderate
 values); fnet uses torch.fft; mixer torch's tanh GELU.
 
-Everything is float64. For case CASE the file holds
-
-    CASE/w/<name>         every parameter and persistent buffer (random, not the defaults;
-                          performer's `projection` is a sign-corrected-QR orthogonal draw)
-    CASE/x, CASE/context  inputs (context only for cross-attention)
-    CASE/mask             the bool "allowed" mask (when the case has one)
-    CASE/grad_output      upstream gradient of the output
-    CASE/output           expected output (B, N, D)
-    CASE/attention        the implicit normalised matrix (B, h, N, M) (linear, performer only)
-    CASE/grad.x, CASE/grad.context, CASE/grad.<param>, CASE/grad.head_mask
-                          gradients of sum(output * grad_output)
-
-and the metadata entries "CASE/spec" and "CASE/d_model". The layer is called in eval mode with
+The file's layout is golden_common.py's; performer's `projection` is a sign-corrected-QR
+orthogonal draw, CASE/attention the implicit normalised matrix (B, h, N, M) of linear and
+performer (fnet and mixer have none, nor a head_mask). The layer is called in eval mode with
 causal=false (causality comes from the spec) and need_weights. A query with no allowed key
 gives a zero output and a zero attention row, also with eps = 0 (spec section 0).
 """
@@ -34,50 +24,19 @@ import os
 import sys
 import zlib
 
-try:
-    import numpy as np
-    import torch
-    import torch.nn as tnn
-    import torch.nn.functional as F
-except ImportError:
-    if os.path.exists("/usr/bin/python3") and os.path.realpath(sys.executable) != os.path.realpath("/usr/bin/python3"):
-        os.execv("/usr/bin/python3", ["/usr/bin/python3", os.path.abspath(__file__)] + sys.argv[1:])
-    sys.exit("kernelmix_reference.py needs NumPy and PyTorch 1.13: apt-get install python3-numpy python3-torch")
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import safetensors_lite  # noqa: E402
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-OUT = os.path.join(HERE, "kernelmix_golden.safetensors")
-torch.set_default_dtype(torch.float64)
-
-
-def split_heads(t, h):
-    b, n, hd = t.shape
-    return t.view(b, n, h, hd // h).transpose(1, 2)  # (B, h, N, d)
-
-
-def merge_heads(t):
-    b, h, n, d = t.shape
-    return t.transpose(1, 2).reshape(b, n, h * d)  # (B, N, h*d)
+import golden_common as gc  # noqa: E402  (re-runs this script under /usr/bin/python3 if needed)
+from golden_common import Projected, split_heads  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn as tnn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 
 def to4(mask):
     while mask.dim() < 4:
         mask = mask.unsqueeze(0)
     return mask
-
-
-class Gate(tnn.Module):
-    """Hard Concrete gate, eval mode: g = clamp(sigmoid(log_alpha) (zeta - gamma) + gamma, 0, 1)."""
-
-    def __init__(self, h, gamma=-0.1, zeta=1.1):
-        super().__init__()
-        self.log_alpha = tnn.Parameter(torch.full((h,), 2.0))
-        self.gamma, self.zeta = gamma, zeta
-
-    def forward(self):
-        return torch.clamp(torch.sigmoid(self.log_alpha) * (self.zeta - self.gamma) + self.gamma, 0.0, 1.0)
 
 
 def kernel_attention(fq, fk, v, mask, causal, eps):
@@ -114,25 +73,6 @@ def kernel_attention(fq, fk, v, mask, causal, eps):
         den = fq @ fkm.sum(2, keepdim=True).transpose(-2, -1)
         has = keep.any(2, keepdim=True)
     return num / torch.where(has, den + eps, torch.ones(())), att
-
-
-class Projected(tnn.Module):
-    """The MHA projections, head_mask and an optional gate (spec section 0, 1.4)."""
-
-    def __init__(self, d, h, dk, dv, bias, gate):
-        super().__init__()
-        self.h, self.dk, self.dv = h, dk, dv
-        self.q_proj = tnn.Linear(d, h * dk, bias=bias)
-        self.k_proj = tnn.Linear(d, h * dk, bias=bias)
-        self.v_proj = tnn.Linear(d, h * dv, bias=bias)
-        self.out_proj = tnn.Linear(h * dv, d, bias=bias)
-        if gate:
-            self.gate = Gate(h)
-        self.register_buffer("head_mask", torch.ones(h))
-
-    def finish(self, o):
-        s = self.gate() * self.head_mask if hasattr(self, "gate") else self.head_mask
-        return self.out_proj(merge_heads(o * s.view(1, -1, 1, 1)))
 
 
 class Linear(Projected):
@@ -212,11 +152,7 @@ B = 2
 
 
 def padding_mask(rng, n, m):
-    """(B, 1, 1, M): batch 0 pads its last key, batch 1 every key (an empty batch element)."""
-    mask = np.ones((B, 1, 1, m), dtype=bool)
-    mask[0, ..., m - 1:] = False
-    mask[1] = False
-    return mask
+    return gc.padding_mask(B, m, pad=m)  # an empty batch element
 
 
 def first_keys_mask(rng, n, m):
@@ -228,11 +164,7 @@ def first_keys_mask(rng, n, m):
 
 
 def general_mask(rng, n, m):
-    """(B, 1, N, M) query-dependent; batch 1, query row 1 allows nothing."""
-    mask = rng.random((B, 1, n, m)) < 0.7
-    mask[:, :, :, 0] = True
-    mask[1, 0, 1, :] = False
-    return mask
+    return gc.query_mask(rng, B, n, m)
 
 
 # name: (spec, d_model, module factory, N, M (None = self), mask factory or None, fixed tensors)
@@ -258,72 +190,32 @@ CASES = {
 
 
 def run_case(name, spec, d, factory, n, m, mask_fn, fixed):
-    rng = np.random.default_rng(zlib.crc32(name.encode()))
+    rng = gc.case_rng(name)
     gen = torch.Generator().manual_seed(zlib.crc32(name.encode()))
     model = factory().eval()
-    with torch.no_grad():
-        for key, t in model.state_dict().items():
-            if key == "head_mask":
-                t.copy_(torch.from_numpy(rng.uniform(0.5, 1.5, t.shape)))
-            elif key == "projection":
-                if "ortho=false" in spec:
-                    t.copy_(torch.randn(t.shape, generator=gen))
-                else:
-                    t.copy_(orthogonal_projection(t.shape[0], t.shape[1], gen))
-            else:
-                t.copy_(torch.from_numpy(rng.normal(0.0, 0.5, t.shape)))
-        for key, values in fixed.items():
-            model.state_dict()[key].copy_(torch.tensor(values))
-    has_head_mask = hasattr(model, "head_mask")
-    if has_head_mask:
-        model.head_mask.requires_grad_(True)
 
-    x = torch.from_numpy(rng.normal(size=(B, n, d))).requires_grad_(True)
-    c = torch.from_numpy(rng.normal(size=(B, m, d))).requires_grad_(True) if m else None
-    mask_np = mask_fn(rng, n, m or n) if mask_fn else None
-    mask = torch.from_numpy(mask_np) if mask_np is not None else None
-    out, att = model(x, c if c is not None else x, mask)
-    if mask_fn is padding_mask:  # the empty batch element: zero head outputs leave out_proj.bias alone
-        assert torch.equal(att[1], torch.zeros_like(att[1]))
-        assert torch.allclose(out[1], model.out_proj.bias.expand(n, d), rtol=0, atol=1e-15)
-    if mask_fn is first_keys_mask and model.causal:  # eps = 0 and no allowed key: zero, not NaN
-        assert torch.equal(att[1, :, 0], torch.zeros_like(att[1, :, 0]))
-    grad_output = torch.from_numpy(rng.normal(size=out.shape))
-    (out * grad_output).sum().backward()
+    def projection(shape):
+        if "ortho=false" in spec:
+            return torch.randn(shape, generator=gen)
+        return orthogonal_projection(shape[0], shape[1], gen)
 
-    record = {"x": x, "grad_output": grad_output, "output": out, "grad.x": x.grad}
-    if att is not None:
-        record["attention"] = att
-    if c is not None:
-        record.update({"context": c, "grad.context": c.grad})
-    if mask is not None:
-        record["mask"] = mask
-    for key, t in model.state_dict().items():
-        record["w/" + key] = t
-    params = list(model.named_parameters())
-    if has_head_mask:
-        params.append(("head_mask", model.head_mask))
-    for key, p in params:
-        record["grad." + key] = p.grad if p.grad is not None else torch.zeros_like(p)
-    tensors = {}
-    for key, t in record.items():
-        a = t.detach().numpy() if isinstance(t, torch.Tensor) else t
-        assert not np.isnan(a).any() if a.dtype != np.bool_ else True, f"{name}/{key} has NaN"
-        tensors[f"{name}/{key}"] = np.ascontiguousarray(a)
-    return tensors
+    gc.randomize(model, rng, fixed, init={"projection": projection})
+
+    def check(out, att):
+        if mask_fn is padding_mask:  # the empty batch element: zero head outputs leave out_proj.bias alone
+            assert torch.equal(att[1], torch.zeros_like(att[1]))
+            assert torch.allclose(out[1], model.out_proj.bias.expand(n, d), rtol=0, atol=1e-15)
+        if mask_fn is first_keys_mask and model.causal:  # eps = 0 and no allowed key: zero, not NaN
+            assert torch.equal(att[1, :, 0], torch.zeros_like(att[1, :, 0]))
+
+    return gc.forward_case(name, model, rng, (B, n, d), m, mask_fn, (n, m or n), check)
 
 
 def main():
-    tensors, metadata = {}, {}
+    golden = gc.GoldenFile(__file__, max_kib=100)
     for name, (spec, d, factory, n, m, mask_fn, fixed) in CASES.items():
-        tensors.update(run_case(name, spec, d, factory, n, m, mask_fn, fixed))
-        metadata[f"{name}/spec"] = spec
-        metadata[f"{name}/d_model"] = str(d)
-    metadata["generator"] = "tests/reference/kernelmix_reference.py (PyTorch %s)" % torch.__version__
-    safetensors_lite.save(OUT, tensors, metadata)
-    if os.path.getsize(OUT) > 100 * 1024:  # committed to the repository: keep the cases small
-        sys.exit(f"{OUT} is {os.path.getsize(OUT)} bytes; keep it under 100 KiB")
-    print(f"wrote {OUT}: {len(CASES)} cases, {len(tensors)} tensors, {os.path.getsize(OUT)} bytes")
+        golden.add(name, spec, d, run_case(name, spec, d, factory, n, m, mask_fn, fixed))
+    golden.save()
 
 
 if __name__ == "__main__":

@@ -9,102 +9,28 @@ tests/efficient/test_lowrank_golden.cpp reads the file this script writes:
 
     /usr/bin/python3 tests/reference/lowrank_reference.py   # rewrites lowrank_golden.safetensors
 
-Everything is float64. For case CASE the file holds
-
-    CASE/w/<name>         every parameter and persistent buffer (random, not the defaults)
-    CASE/x, CASE/context  inputs (context only for cross-attention)
-    CASE/mask             the bool key mask (B|1, h|1, 1, M), when the case has one
-    CASE/grad_output      upstream gradient of the output
-    CASE/output           expected output (B, N, D)
-    CASE/attention        expected attention (B, h, N, M): sinkhorn's effective attention over
-                          the original keys, nystrom's F pinv(A) Bm; absent for linformer and
-                          compressed, which have none
-    CASE/grad.x, CASE/grad.context, CASE/grad.<param>, CASE/grad.head_mask
-                          gradients of sum(output * grad_output)
-
-and the metadata entries "CASE/spec" and "CASE/d_model". The layer is called in eval mode with
-causal=false and need_weights. Each case draws from its own generator seeded by its name.
+The file's layout is golden_common.py's, with CASE/mask the bool key mask (B|1, h|1, 1, M) and
+CASE/attention sinkhorn's effective attention over the original keys or nystrom's F pinv(A) Bm
+(absent for linformer and compressed, which have none). The layer is called in eval mode with
+causal=false and need_weights.
 """
 import math
 import os
 import sys
-import zlib
-
-try:
-    import numpy as np
-    import torch
-    import torch.nn as tnn
-    import torch.nn.functional as F
-except ImportError:
-    if os.path.exists("/usr/bin/python3") and os.path.realpath(sys.executable) != os.path.realpath("/usr/bin/python3"):
-        os.execv("/usr/bin/python3", ["/usr/bin/python3", os.path.abspath(__file__)] + sys.argv[1:])
-    sys.exit("lowrank_reference.py needs NumPy and PyTorch: apt-get install python3-numpy python3-torch")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import safetensors_lite  # noqa: E402
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-OUT = os.path.join(HERE, "lowrank_golden.safetensors")
-torch.set_default_dtype(torch.float64)
-
-
-# ---- shared pieces (spec sections 0 and 1.4) ----
-
-def masked_softmax(s, allowed):
-    """softmax over the last dim where `allowed` (broadcastable) is true; an empty row is 0."""
-    if allowed is None:
-        return torch.softmax(s, -1)
-    allowed = allowed.expand_as(s)
-    s = s.masked_fill(~allowed, float("-inf"))
-    s = torch.where(allowed.any(-1, keepdim=True), s, torch.zeros_like(s))
-    return torch.softmax(s, -1) * allowed
+import golden_common as gc  # noqa: E402  (re-runs this script under /usr/bin/python3 if needed)
+from golden_common import Projected, masked_softmax, split_heads  # noqa: E402
+import torch  # noqa: E402
+import torch.nn as tnn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 
-def split_heads(t, h):
-    b, n, hd = t.shape
-    return t.view(b, n, h, hd // h).transpose(1, 2)  # (B, h, N, d)
-
-
-def merge_heads(t):
-    b, h, n, d = t.shape
-    return t.transpose(1, 2).reshape(b, n, h * d)  # (B, N, h*d)
-
+# ---- key masks (spec section 0) ----
 
 def key_rows(mask):
     """(B|1, h|1, 1, M) key mask -> (B|1, h|1, M, 1) float, for zeroing rows."""
     return mask.transpose(-1, -2).to(torch.float64)
-
-
-class Gate(tnn.Module):
-    """Hard Concrete gate in eval mode."""
-
-    def __init__(self, hv, gamma=-0.1, zeta=1.1):
-        super().__init__()
-        self.log_alpha = tnn.Parameter(torch.full((hv,), 2.0))
-        self.gamma, self.zeta = gamma, zeta
-
-    def forward(self):
-        return torch.clamp(torch.sigmoid(self.log_alpha) * (self.zeta - self.gamma) + self.gamma, 0.0, 1.0)
-
-
-class Projected(tnn.Module):
-    """MHA projections, the gate and head_mask; `kv_heads` widens k_proj/v_proj (compressed)."""
-
-    def __init__(self, d, h, dk=None, dv=None, bias=True, gate=False, kv_heads=None):
-        super().__init__()
-        self.h, self.dk, self.dv = h, dk or d // h, dv or d // h
-        H = kv_heads or h
-        self.q_proj = tnn.Linear(d, h * self.dk, bias=bias)
-        self.k_proj = tnn.Linear(d, H * self.dk, bias=bias)
-        self.v_proj = tnn.Linear(d, H * self.dv, bias=bias)
-        self.out_proj = tnn.Linear(h * self.dv, d, bias=bias)
-        if gate:
-            self.gate = Gate(h)
-        self.register_buffer("head_mask", torch.ones(h))
-
-    def finish(self, o):
-        g = self.gate() * self.head_mask if hasattr(self, "gate") else self.head_mask
-        return self.out_proj(merge_heads(o * g.view(1, -1, 1, 1)))
 
 
 # ---- sinkhorn ----
@@ -249,11 +175,7 @@ D, B = 8, 2
 
 
 def padding_mask(rng, h, m):
-    """(B, 1, 1, M): batch 0 pads its last key, batch 1 masks every key (zero head outputs)."""
-    mask = np.ones((B, 1, 1, m), dtype=bool)
-    mask[0, ..., m - 1:] = False
-    mask[1] = False
-    return mask
+    return gc.padding_mask(B, m, pad=m)  # batch 1 has no key: zero head outputs
 
 
 def sparse_mask(rng, h, m):
@@ -297,61 +219,22 @@ CASES = {
 }
 
 
-def run_case(name, spec, factory, n, m, mask_fn, fixed):
-    rng = np.random.default_rng(zlib.crc32(name.encode()))
+def run_case(name, factory, n, m, mask_fn, fixed):
+    rng = gc.case_rng(name)
     torch.manual_seed(0)
     model = factory().eval()
-    with torch.no_grad():
-        for key, t in model.state_dict().items():
-            if key == "head_mask":
-                t.copy_(torch.from_numpy(rng.uniform(0.5, 1.5, t.shape)))
-            else:
-                t.copy_(torch.from_numpy(rng.normal(0.0, 0.5, t.shape)))
-        for key, values in fixed.items():
-            model.state_dict()[key].copy_(torch.tensor(values))
-    model.head_mask.requires_grad_(True)
+    gc.randomize(model, rng, fixed)
 
-    x = torch.from_numpy(rng.normal(size=(B, n, D))).requires_grad_(True)
-    c = torch.from_numpy(rng.normal(size=(B, m, D))).requires_grad_(True) if m else None
-    mask_np = mask_fn(rng, model.h, m or n) if mask_fn else None
-    mask = torch.from_numpy(mask_np) if mask_np is not None else None
-    out, att = model(x, c if c is not None else x, mask)
-    if mask_fn is padding_mask:  # batch 1 has no key: zero head outputs leave out_proj.bias
-        bias = model.out_proj.bias if model.out_proj.bias is not None else torch.zeros(D)
-        assert torch.allclose(out[1], bias.expand(n, D), rtol=0, atol=1e-15), name
-    grad_output = torch.from_numpy(rng.normal(size=out.shape))
-    (out * grad_output).sum().backward()
+    def check(out, att):
+        if mask_fn is padding_mask:  # batch 1 has no key: zero head outputs leave out_proj.bias
+            bias = model.out_proj.bias if model.out_proj.bias is not None else torch.zeros(D)
+            assert torch.allclose(out[1], bias.expand(n, D), rtol=0, atol=1e-15), name
 
-    record = {"x": x, "grad_output": grad_output, "output": out, "grad.x": x.grad}
-    if att is not None:
-        record["attention"] = att
-    if c is not None:
-        record.update({"context": c, "grad.context": c.grad})
-    if mask is not None:
-        record["mask"] = mask
-    for key, t in model.state_dict().items():
-        record["w/" + key] = t
-    for key, p in list(model.named_parameters()) + [("head_mask", model.head_mask)]:
-        record["grad." + key] = p.grad if p.grad is not None else torch.zeros_like(p)
-    tensors = {}
-    for key, t in record.items():
-        a = t.detach().numpy() if isinstance(t, torch.Tensor) else t
-        assert a.dtype == np.bool_ or not np.isnan(a).any(), f"{name}/{key} has NaN"
-        tensors[f"{name}/{key}"] = np.ascontiguousarray(a)
-    return tensors
+    return gc.forward_case(name, model, rng, (B, n, D), m, mask_fn, (model.h, m or n), check)
 
 
 def main():
-    tensors, metadata = {}, {}
-    for name, (spec, factory, n, m, mask_fn, fixed) in CASES.items():
-        tensors.update(run_case(name, spec, factory, n, m, mask_fn, fixed))
-        metadata[f"{name}/spec"] = spec
-        metadata[f"{name}/d_model"] = str(D)
-    metadata["generator"] = "tests/reference/lowrank_reference.py (PyTorch %s)" % torch.__version__
-    safetensors_lite.save(OUT, tensors, metadata)
-    if os.path.getsize(OUT) > 150 * 1024:  # committed to the repository: keep the cases small
-        sys.exit(f"{OUT} is {os.path.getsize(OUT)} bytes; keep it under 150 KiB")
-    print(f"wrote {OUT}: {len(CASES)} cases, {len(tensors)} tensors, {os.path.getsize(OUT)} bytes")
+    gc.write_cases(__file__, CASES, run_case, D)
 
 
 if __name__ == "__main__":

@@ -11,36 +11,20 @@ script writes:
 
     /usr/bin/python3 tests/reference/patterns_reference.py   # rewrites patterns_golden.safetensors
 
-Layout (float64), per case CASE: CASE/w/<name> weights and buffers, CASE/x, CASE/context
-(cross-attention only), CASE/mask (when the case has one), CASE/grad_output, CASE/output,
-CASE/attention (densified probabilities), CASE/grad.x, CASE/grad.context, CASE/grad.<param>,
-CASE/grad.head_mask (gradients of sum(output * grad_output)); metadata CASE/spec, CASE/d_model.
+The file's layout is golden_common.py's, CASE/attention being the densified probabilities.
 The layer runs in eval mode with causal=false at the call (causality comes from the spec).
-Each case draws from its own generator seeded by its name.
 
 A query row with no allowed key gives zero probabilities and a zero head output (spec
-section 0); masked_softmax() defines that row, since PyTorch's softmax of an all -inf row is NaN.
+section 0); golden_common.masked_softmax() defines that row.
 """
 import math
 import os
 import sys
-import zlib
-
-try:
-    import numpy as np
-    import torch
-    import torch.nn as tnn
-except ImportError:
-    if os.path.exists("/usr/bin/python3") and os.path.realpath(sys.executable) != os.path.realpath("/usr/bin/python3"):
-        os.execv("/usr/bin/python3", ["/usr/bin/python3", os.path.abspath(__file__)] + sys.argv[1:])
-    sys.exit("patterns_reference.py needs NumPy and PyTorch: apt-get install python3-numpy python3-torch")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import safetensors_lite  # noqa: E402
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-OUT = os.path.join(HERE, "patterns_golden.safetensors")
-torch.set_default_dtype(torch.float64)
+import golden_common as gc  # noqa: E402  (re-runs this script under /usr/bin/python3 if needed)
+from golden_common import Projected, masked_softmax, split_heads  # noqa: E402
+import torch  # noqa: E402
 
 
 # ---- the spec's rules (section 2), on raw indices n < N, m < M ----
@@ -61,75 +45,37 @@ def dilated_rule(w, d):
     return lambda n, m: ((n - m).abs() <= w * d) & ((n - m) % d == 0)
 
 
-def masked_softmax(s, allowed):
-    allowed = allowed.expand_as(s)
-    row_any = allowed.any(-1, keepdim=True)
-    s = s.masked_fill(~allowed, float("-inf"))
-    s = torch.where(row_any, s, torch.zeros_like(s))  # keeps the empty rows finite
-    return torch.softmax(s, -1) * allowed
-
-
-class Gate(tnn.Module):
-    """Hard Concrete gate, eval mode: g = clamp(sigmoid(log_alpha) (zeta - gamma) + gamma, 0, 1)."""
-
-    def __init__(self, h, gamma=-0.1, zeta=1.1):
-        super().__init__()
-        self.log_alpha = tnn.Parameter(torch.full((h,), 2.0))
-        self.gamma, self.zeta = gamma, zeta
-
-    def forward(self):
-        return torch.clamp(torch.sigmoid(self.log_alpha) * (self.zeta - self.gamma) + self.gamma, 0.0, 1.0)
-
-
-class PatternMHA(tnn.Module):
+class PatternMHA(Projected):
     def __init__(self, d, h, rule, dk=None, dv=None, bias=True, causal=False, gate=False):
-        super().__init__()
-        self.h, self.dk, self.dv = h, dk or d // h, dv or d // h
+        super().__init__(d, h, dk, dv, bias, gate)
         self.rule, self.causal = rule, causal
-        self.q_proj = tnn.Linear(d, h * self.dk, bias=bias)
-        self.k_proj = tnn.Linear(d, h * self.dk, bias=bias)
-        self.v_proj = tnn.Linear(d, h * self.dv, bias=bias)
-        self.out_proj = tnn.Linear(h * self.dv, d, bias=bias)
-        if gate:
-            self.gate = Gate(h)
-        self.register_buffer("head_mask", torch.ones(h))
 
     def forward(self, x, c, mask):
-        b, n_len, _ = x.shape
-        m_len = c.shape[1]
-        q = self.q_proj(x).view(b, n_len, self.h, self.dk).transpose(1, 2)  # (B, h, N, dk)
-        k = self.k_proj(c).view(b, m_len, self.h, self.dk).transpose(1, 2)  # (B, h, M, dk)
-        v = self.v_proj(c).view(b, m_len, self.h, self.dv).transpose(1, 2)  # (B, h, M, dv)
-        s = q @ k.transpose(-2, -1) / math.sqrt(self.dk)                    # (B, h, N, M)
+        n_len, m_len = x.shape[1], c.shape[1]
+        q = split_heads(self.q_proj(x), self.h)             # (B, h, N, dk)
+        k = split_heads(self.k_proj(c), self.h)             # (B, h, M, dk)
+        v = split_heads(self.v_proj(c), self.h)             # (B, h, M, dv)
+        s = q @ k.transpose(-2, -1) / math.sqrt(self.dk)    # (B, h, N, M)
         n = torch.arange(n_len)[:, None]
         m = torch.arange(m_len)[None, :]
-        allowed = self.rule(n, m)                                           # (N, M)
+        allowed = self.rule(n, m)                           # (N, M)
         if self.causal:
             allowed = allowed & (m <= n)
         if mask is not None:
             allowed = allowed & mask
         p = masked_softmax(s, allowed)
-        g = self.gate() * self.head_mask if hasattr(self, "gate") else self.head_mask
-        o = (p @ v) * g.view(1, -1, 1, 1)                                   # (B, h, N, dv)
-        return self.out_proj(o.transpose(1, 2).reshape(b, n_len, self.h * self.dv)), p
+        return self.finish(p @ v), p
 
 
 D, B = 8, 2
 
 
 def key_mask(rng, n, m):
-    """(B, 1, N, M) query-dependent mask; batch 1, query row 1 allows nothing."""
-    mask = rng.random((B, 1, n, m)) < 0.8
-    mask[1, 0, 1, :] = False
-    return mask
+    return gc.query_mask(rng, B, n, m, keep=0.8, first_key=False)
 
 
 def padding_mask(rng, n, m):
-    """(B, 1, 1, M) key padding: batch 0 pads its last key, batch 1 its last two."""
-    mask = np.ones((B, 1, 1, m), dtype=bool)
-    mask[0, ..., m - 1:] = False
-    mask[1, ..., m - 2:] = False
-    return mask
+    return gc.padding_mask(B, m, pad=2)
 
 
 # name: (spec, module factory, N, M (None = self-attention), mask factory or None, fixed tensors)
@@ -155,56 +101,21 @@ CASES = {
 }
 
 
-def run_case(name, spec, factory, n, m, mask_fn, fixed):
-    rng = np.random.default_rng(zlib.crc32(name.encode()))
+def run_case(name, factory, n, m, mask_fn, fixed):
+    rng = gc.case_rng(name)
     torch.manual_seed(0)
     model = factory().eval()
-    with torch.no_grad():  # random weights, not the defaults, so that every tensor moves the output
-        for key, t in model.state_dict().items():
-            if key == "head_mask":
-                t.copy_(torch.from_numpy(rng.uniform(0.5, 1.5, t.shape)))
-            else:
-                t.copy_(torch.from_numpy(rng.normal(0.0, 0.5, t.shape)))
-        for key, values in fixed.items():
-            model.state_dict()[key].copy_(torch.tensor(values))
-    model.head_mask.requires_grad_(True)
-    x = torch.from_numpy(rng.normal(size=(B, n, D))).requires_grad_(True)
-    c = torch.from_numpy(rng.normal(size=(B, m, D))).requires_grad_(True) if m else None
-    mask_np = mask_fn(rng, n, m or n) if mask_fn else None
-    mask = torch.from_numpy(mask_np) if mask_np is not None else None
-    out, att = model(x, c if c is not None else x, mask)
-    if mask_fn is key_mask:  # the empty row: zero head outputs leave out_proj.bias (or 0) alone
-        assert torch.equal(att[1, :, 1], torch.zeros_like(att[1, :, 1]))
-    grad_output = torch.from_numpy(rng.normal(size=out.shape))
-    (out * grad_output).sum().backward()
-    record = {"x": x, "grad_output": grad_output, "output": out, "attention": att, "grad.x": x.grad}
-    if c is not None:
-        record.update({"context": c, "grad.context": c.grad})
-    if mask is not None:
-        record["mask"] = mask
-    for key, t in model.state_dict().items():
-        record["w/" + key] = t
-    for key, p in list(model.named_parameters()) + [("head_mask", model.head_mask)]:
-        record["grad." + key] = p.grad if p.grad is not None else torch.zeros_like(p)
-    tensors = {}
-    for key, t in record.items():
-        a = t.detach().numpy() if isinstance(t, torch.Tensor) else t
-        assert a.dtype == np.bool_ or not np.isnan(a).any(), f"{name}/{key} has NaN"
-        tensors[f"{name}/{key}"] = np.ascontiguousarray(a)
-    return tensors
+    gc.randomize(model, rng, fixed)
+
+    def check(out, att):
+        if mask_fn is key_mask:  # the empty row: zero probabilities
+            assert torch.equal(att[1, :, 1], torch.zeros_like(att[1, :, 1]))
+
+    return gc.forward_case(name, model, rng, (B, n, D), m, mask_fn, (n, m or n), check)
 
 
 def main():
-    tensors, metadata = {}, {}
-    for name, (spec, factory, n, m, mask_fn, fixed) in CASES.items():
-        tensors.update(run_case(name, spec, factory, n, m, mask_fn, fixed))
-        metadata[f"{name}/spec"] = spec
-        metadata[f"{name}/d_model"] = str(D)
-    metadata["generator"] = "tests/reference/patterns_reference.py (PyTorch %s)" % torch.__version__
-    safetensors_lite.save(OUT, tensors, metadata)
-    if os.path.getsize(OUT) > 150 * 1024:  # committed to the repository: keep the cases small
-        sys.exit(f"{OUT} is {os.path.getsize(OUT)} bytes; keep it under 150 KiB")
-    print(f"wrote {OUT}: {len(CASES)} cases, {len(tensors)} tensors, {os.path.getsize(OUT)} bytes")
+    gc.write_cases(__file__, CASES, run_case, D)
 
 
 if __name__ == "__main__":
