@@ -4,7 +4,7 @@
 
 #include "tensor/kernels.hpp"
 #include "tensor/kernels/map.hpp"
-#include "tensor/kernels/rows.hpp"  // exp_fast, erfc_fast: std::exp and std::erf do not vectorise
+#include "tensor/kernels/rows.hpp"  // exp_fast, normal_cdf_fast: std::exp and std::erf do not vectorise
 
 namespace attnlab::kernels {
 namespace {
@@ -43,10 +43,18 @@ const char* unary_name(Unary op) {
   return "unary";
 }
 
-// 1 + erf(z) for GELU: erfc(-z) in float (vectorises, and keeps its precision in the negative
-// tail where 1 + erf(z) cancels), the library erf in double.
-inline float one_plus_erf(float z) { return erfc_fast(-z); }
-inline double one_plus_erf(double z) { return 1.0 + std::erf(z); }
+// GELU (erf form), x Phi(x), and its derivative Phi(x) + x phi(x). Float goes through
+// normal_cdf_fast (vectorises, and keeps its relative precision in the negative tail where
+// 1 + erf cancels), which also gives the exp(-x^2 / 2) of phi; double through the library's erf.
+inline float gelu_erf(float x) { return x * normal_cdf_fast(x).cdf; }
+inline double gelu_erf(double x) { return 0.5 * x * (1.0 + std::erf(x * kInvSqrt2)); }
+inline float gelu_erf_grad(float x) {
+  const NormalCdf n = normal_cdf_fast(x);
+  return n.cdf + x * static_cast<float>(kInvSqrt2Pi) * n.gauss;
+}
+inline double gelu_erf_grad(double x) {
+  return 0.5 * (1.0 + std::erf(x * kInvSqrt2)) + x * kInvSqrt2Pi * std::exp(-0.5 * x * x);
+}
 
 template <class T>
 T sigmoid(T x) {
@@ -72,13 +80,10 @@ void with_unary(Unary op, UnaryParams p, Run&& run) {
     case Unary::Cos: return run([](T x) { return std::cos(x); });
     case Unary::Square: return run([](T x) { return x * x; });
     case Unary::Reciprocal: return run([](T x) { return T(1) / x; });
-    case Unary::GeluErf: return run([](T x) { return T(0.5) * x * one_plus_erf(x * T(kInvSqrt2)); });
+    case Unary::GeluErf: return run([](T x) { return gelu_erf(x); });
     case Unary::GeluTanh:
       return run([](T x) { return T(0.5) * x * (T(1) + std::tanh(T(kSqrt2OverPi) * (x + T(kGeluC) * x * x * x))); });
-    case Unary::GeluErfGrad:
-      return run([](T x) {
-        return T(0.5) * one_plus_erf(x * T(kInvSqrt2)) + x * T(kInvSqrt2Pi) * exp_fast(T(-0.5) * x * x);
-      });
+    case Unary::GeluErfGrad: return run([](T x) { return gelu_erf_grad(x); });
     case Unary::GeluTanhGrad:
       return run([](T x) {
         T t = std::tanh(T(kSqrt2OverPi) * (x + T(kGeluC) * x * x * x));
