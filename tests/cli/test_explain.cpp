@@ -105,6 +105,12 @@ TEST_CASE("explain: bad spec, sizes and options give clear errors") {
   Run indivisible = explain({"mha(heads=3)", "--d-model", "16", "--seq", "8"});
   CHECK(indivisible.status == 1);
   CHECK(indivisible.err.find("heads") != std::string::npos);
+  // A fused kernel without a FLOP formula (fnet's FFT) is shown as '?' and not turned into a ratio.
+  Run fnet = explain({"fnet", "--d-model", "16", "--seq", "8"});
+  CHECK(fnet.status == 0);
+  CHECK(fnet.out.find("fourier_mix") != std::string::npos);
+  CHECK(fnet.out.find("not counted") != std::string::npos);
+  CHECK(fnet.out.find("FLOPs n/a") != std::string::npos);
   Run help = explain({"--help"});
   CHECK(help.status == 0);
   CHECK(help.out.find("usage: attnlab explain") == 0);
