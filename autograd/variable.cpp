@@ -1,6 +1,7 @@
 // The autograd members of Tensor (declared in tensor/tensor.hpp) and the glue between tensors
 // and graph nodes.
 #include "autograd/node.hpp"
+#include "autograd/trace.hpp"
 #include "tensor/kernels.hpp"
 
 namespace attnlab {
@@ -27,6 +28,7 @@ Edge gradient_edge(const Tensor& t) {
 }
 
 void set_history(const Tensor& result, std::shared_ptr<Node> node) {
+  if (OpTrace* trace = active_op_trace()) trace->append(result, *node);  // attnlab explain
   AutogradMeta& m = autograd_meta(result);
   m.requires_grad = true;
   m.grad_fn = std::move(node);

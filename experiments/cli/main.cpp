@@ -66,6 +66,8 @@ void usage() {
       "  inspect   run one attention layer on tensors from a safetensors file and write its\n"
       "            output, attention and gradients (attnlab inspect --help)\n"
       "  generate  sample text from a CausalLM checkpoint (attnlab generate --help)\n"
+      "  explain   print a variant's forward computation step by step: shapes, FLOPs, bytes,\n"
+      "            against dense mha (attnlab explain --help)\n"
       "  version   print the version\n");
 }
 
@@ -83,6 +85,7 @@ int main(int argc, char** argv) {
     if (cmd == "variants") return cli::run_variants(rest, std::cout, std::cerr);
     if (cmd == "inspect") return cli::run_inspect(rest, std::cout, std::cerr);
     if (cmd == "generate") return cli::run_generate(rest, std::cout, std::cerr);
+    if (cmd == "explain") return cli::run_explain(rest, std::cout, std::cerr);
     if (cmd == "version") {
       std::puts("attnlab 0.1.0");
       return 0;

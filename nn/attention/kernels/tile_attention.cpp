@@ -16,6 +16,7 @@
 #include <memory>
 
 #include "autograd/ops.hpp"
+#include "autograd/trace.hpp"
 #include "tensor/kernels.hpp"
 #include "tensor/kernels/rows.hpp"
 #include "tensor/parallel.hpp"
@@ -406,6 +407,22 @@ void check_dropout(const TileOptions& o, const char* op) {
 
 }  // namespace
 
+namespace {
+// The FLOPs the op stands for, counted like the composed formula over the allowed pairs only
+// (attnlab explain, autograd/trace.hpp): per pair 2 dk (score), 5 (softmax), 2 dv (P V). The
+// user mask is not read, so masked-out pairs inside the bands still count.
+int64_t pattern_flops(const TilePattern& p, int64_t batch_heads, int64_t n, int64_t m, int64_t dk, int64_t dv) {
+  int64_t pairs = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t lo = std::clamp<int64_t>(p.lo[i], 0, m), hi = std::clamp<int64_t>(p.hi[i], lo, m);
+    int64_t row = hi - lo;
+    if (!p.ex_lo.empty()) row -= std::max<int64_t>(0, std::min(hi, p.ex_hi[i]) - std::max(lo, p.ex_lo[i]));
+    pairs += row;
+  }
+  return batch_heads * pairs * (2 * dk + 5 + 2 * dv);
+}
+}  // namespace
+
 TileAttentionResult tile_attention(const Tensor& q0, const Tensor& k0, const Tensor& v0, const TilePattern& pattern,
                                    const TileOptions& opt) {
   check_qkv(q0, k0, v0, "tile_attention");
@@ -466,6 +483,7 @@ TileAttentionResult tile_attention(const Tensor& q0, const Tensor& k0, const Ten
     return Grads{dq, node.needs_grad(1) ? dkt : Tensor(), node.needs_grad(2) ? dvt : Tensor()};
   };
   result = record("tile_attention", result, {q0, k0, v0}, std::move(backward));
+  if (OpTrace* trace = active_op_trace()) trace->annotate_flops(pattern_flops(pattern, B * H, N, M, dk, dv));
 
   TileAttentionResult out;
   if (need_lse) {

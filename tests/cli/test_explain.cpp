@@ -1,0 +1,117 @@
+// `attnlab explain` (experiments/cli/explain.cpp): the traced steps of mha, the FLOP convention on
+// its projections, a sub-quadratic variant against mha at large N, and the error paths.
+#include <sstream>
+
+#include "experiments/cli/commands.hpp"
+#include "experiments/cli/explain.hpp"
+#include "helpers.hpp"
+
+using namespace attnlab;
+
+namespace {
+
+struct Run {
+  int status;
+  std::string out, err;
+};
+
+Run explain(const std::vector<std::string>& args) {
+  std::ostringstream out, err;
+  int status = cli::run_explain(args, out, err);
+  return {status, out.str(), err.str()};
+}
+
+}  // namespace
+
+TEST_CASE("explain mha: projections are matmuls with the formula's FLOPs, softmax-free fused core counted") {
+  const int64_t B = 2, N = 16, D = 32, h = 4, dk = 8;
+  auto r = cli::explain_attention("mha(heads=4)", D, N, B);
+  CHECK(r.spec.find("mha(") == 0);
+  std::vector<const cli::ExplainStep*> matmuls;
+  for (const auto& s : r.steps)
+    if (s.op.name == "matmul") matmuls.push_back(&s);
+  REQUIRE(matmuls.size() >= 4);  // q, k, v and out projections
+  // Each projection: (B, N, D) x (D, h*dk) -> (B, N, h*dk), 2 * B * N * D * h*dk FLOPs.
+  for (int i = 0; i < 3; ++i) {
+    CHECK(matmuls[i]->op.inputs[0] == Dims{B, N, D});
+    CHECK(matmuls[i]->op.inputs[1] == Dims{D, h * dk});
+    CHECK(matmuls[i]->op.output == Dims{B, N, h * dk});
+    CHECK(matmuls[i]->flops == 2 * B * N * D * h * dk);
+  }
+  CHECK(matmuls.back()->op.output == Dims{B, N, D});
+  CHECK(matmuls.back()->flops == 2 * B * N * h * dk * D);
+  // The attention core runs fused; it counts every (query, key) pair: 2 dk + 5 + 2 dv each.
+  bool core = false;
+  for (const auto& s : r.steps)
+    if (s.op.name == "tile_attention") {
+      core = true;
+      CHECK(s.flops == B * h * N * N * (2 * dk + 5 + 2 * dk));
+      CHECK(s.op.output == Dims{B, h, N, dk});
+    }
+  CHECK(core);
+  CHECK(r.unknown_steps == 0);
+  CHECK(r.peak_bytes > 0);
+  CHECK(r.time_cost.find("N") != std::string::npos);
+}
+
+TEST_CASE("explain prints every step with shapes, totals and the mha comparison") {
+  Run r = explain({"mha(heads=2)", "--d-model", "16", "--seq", "8", "--batch", "3"});
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("declared cost: time") != std::string::npos);
+  CHECK(r.out.find("matmul") != std::string::npos);
+  CHECK(r.out.find("(3,8,16)") != std::string::npos);
+  CHECK(r.out.find("tile_attention") != std::string::npos);
+  CHECK(r.out.find("total:") != std::string::npos);
+  CHECK(r.out.find("ratio to dense mha: FLOPs 1.000") != std::string::npos);
+  // The readable synthesizer path composes softmax on (B, h, N, N).
+  Run s = explain({"synthesizer(parts=vanilla, heads=2, max_len=8)", "--d-model", "16", "--seq", "8", "--batch", "3"});
+  REQUIRE(s.status == 0);
+  CHECK(s.out.find("softmax") != std::string::npos);
+  CHECK(s.out.find("(3,2,8,8)") != std::string::npos);
+}
+
+TEST_CASE("explain: local and linear cost fewer FLOPs than mha at large N") {
+  const int64_t D = 32, N = 1024;
+  auto mha = cli::explain_attention("mha(heads=2)", D, N, 1);
+  auto local = cli::explain_attention("local(heads=2, window=16)", D, N, 1);
+  auto linear = cli::explain_attention("linear(heads=2)", D, N, 1);
+  CHECK(local.unknown_steps == 0);
+  CHECK(linear.unknown_steps == 0);
+  CHECK(local.flops < mha.flops / 4);
+  CHECK(linear.flops < mha.flops / 4);
+  // mha's FLOPs grow quadratically in N, local's linearly (memory does not tell them apart: mha
+  // runs the fused kernel, which never holds the N x N matrix).
+  auto mha_half = cli::explain_attention("mha(heads=2)", D, N / 2, 1);
+  auto local_half = cli::explain_attention("local(heads=2, window=16)", D, N / 2, 1);
+  CHECK(double(mha.flops) / double(mha_half.flops) > 3.0);
+  CHECK(double(local.flops) / double(local_half.flops) < 2.1);
+  CHECK(cli::dense_twin_spec(local.spec, D).rfind("mha(heads=2", 0) == 0);
+}
+
+TEST_CASE("explain: bad spec, sizes and options give clear errors") {
+  Run bad = explain({"nosuch(heads=2)", "--d-model", "16", "--seq", "8"});
+  CHECK(bad.status == 1);
+  CHECK(bad.err.find("attnlab explain:") == 0);
+  CHECK(bad.err.find("nosuch") != std::string::npos);
+  Run zero = explain({"mha", "--d-model", "16", "--seq", "0"});
+  CHECK(zero.status == 2);
+  CHECK(zero.err.find("--seq must be in [1") != std::string::npos);
+  Run missing = explain({"mha"});
+  CHECK(missing.status == 2);
+  CHECK(missing.err.find("missing --d-model") != std::string::npos);
+  Run nospec = explain({"--d-model", "16", "--seq", "8"});
+  CHECK(nospec.status == 2);
+  CHECK(nospec.err.find("expected one SPEC") != std::string::npos);
+  Run indivisible = explain({"mha(heads=3)", "--d-model", "16", "--seq", "8"});
+  CHECK(indivisible.status == 1);
+  CHECK(indivisible.err.find("heads") != std::string::npos);
+  // A fused kernel without a FLOP formula (fnet's FFT) is shown as '?' and not turned into a ratio.
+  Run fnet = explain({"fnet", "--d-model", "16", "--seq", "8"});
+  CHECK(fnet.status == 0);
+  CHECK(fnet.out.find("fourier_mix") != std::string::npos);
+  CHECK(fnet.out.find("not counted") != std::string::npos);
+  CHECK(fnet.out.find("FLOPs n/a") != std::string::npos);
+  Run help = explain({"--help"});
+  CHECK(help.status == 0);
+  CHECK(help.out.find("usage: attnlab explain") == 0);
+}
