@@ -1,7 +1,8 @@
 #!/bin/sh
 # bench/run_generate.sh BUILD_DIR: sampling speed of the reference causal LM (4 layers, d=256,
 # 8 heads, vocabulary 256), batch 1, 255 new tokens, in attnlab (bench_generate) and PyTorch
-# (torch_generate.py), same thread count, one run; prints tokens/s and the ratios.
+# (torch_generate.py), same thread count, one run; prints tokens/s and the ratios; then the same
+# LM with talking_heads, local and linear attention, cached and uncached (attnlab only).
 set -u
 BUILD=${1:-build}
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -30,4 +31,13 @@ for key, name in (("cached_tokens_per_s", "with KV cache"), ("uncached_tokens_pe
     ratio = f"{a[key] / t[key]:.2f}x" if t else dash
     print(f"| {name} | {a[key]:.0f} | {round(t[key]) if t else dash} | {ratio} |")
 print(f"\nKV cache speed-up in attnlab: {a['cached_tokens_per_s'] / a['uncached_tokens_per_s']:.1f}x")
+if a.get("variants"):
+    print("\nOther attention variants in the same LM (attnlab only):\n")
+    print("| attention | cache | tokens/s cached | tokens/s uncached | speed-up |")
+    print("|---|---|---:|---:|---:|")
+    kind = {"talking_heads": "KV cache", "local": "rolling window", "linear": "recurrent state"}
+    for v in a["variants"]:
+        name = v["attention"]
+        c, u = v["cached_tokens_per_s"], v["uncached_tokens_per_s"]
+        print(f"| `{name}` | {kind.get(name.split('(')[0], '')} | {c:.0f} | {u:.0f} | {c / u:.1f}x |")
 PY

@@ -17,21 +17,55 @@ namespace {
 // The default decoding state: every input so far, recomputed over at each step.
 struct InputCache : AttentionCache {
   Tensor x;  // (B, length, D)
+  int64_t numel() const override { return x.defined() ? x.numel() : 0; }
 };
 
 }  // namespace
 
-std::unique_ptr<AttentionCache> Attention::make_cache(int64_t, int64_t) const { return std::make_unique<InputCache>(); }
+std::unique_ptr<AttentionCache> Attention::make_cache(int64_t, int64_t) const {
+  auto c = std::make_unique<InputCache>();
+  c->owner = this;
+  return c;
+}
 
 Tensor Attention::forward_step(const Tensor& x_new, AttentionCache& cache) {
-  auto* c = dynamic_cast<InputCache*>(&cache);
-  if (!c) fail<ValueError>("{}: forward_step got a cache made by another layer", spec());
-  if (is_training()) fail<ValueError>("{}: forward_step is for inference; call eval() first", spec());
+  InputCache& c = step_cache<InputCache>(cache, spec());
   NoGradGuard no_grad;
-  c->x = c->x.defined() ? cat({c->x, x_new}, 1) : x_new;  // (B, length + T, D)
-  c->length = c->x.size(1);
-  Tensor y = forward(c->x, {}, {}, /*causal=*/true).output;  // (B, length + T, D)
-  return narrow(y, 1, c->length - x_new.size(1), x_new.size(1));
+  c.x = c.x.defined() ? cat({c.x, x_new}, 1) : x_new;  // (B, length + T, D)
+  c.length = c.x.size(1);
+  Tensor y = forward(c.x, {}, {}, /*causal=*/true).output;  // (B, length + T, D)
+  return narrow(y, 1, c.length - x_new.size(1), x_new.size(1));
+}
+
+int64_t KVCache::numel() const { return (k.defined() ? k.numel() : 0) + (v.defined() ? v.numel() : 0); }
+
+std::unique_ptr<KVCache> make_kv_cache(const Attention* owner, int64_t batch, int64_t max_len, int64_t hk, int64_t dk, int64_t hv, int64_t dv,
+                                       DType dtype) {
+  auto c = std::make_unique<KVCache>();
+  c->owner = owner;
+  if (hk > 0) c->k = zeros({batch, hk, max_len, dk}, dtype);  // (B, hk, max_len, dk)
+  c->v = zeros({batch, hv, max_len, dv}, dtype);              // (B, hv, max_len, dv)
+  return c;
+}
+
+void check_step(const std::string& who, int64_t d_model, const Tensor& x_new, int64_t batch, int64_t length,
+                int64_t max_len) {
+  check_inputs(who.c_str(), d_model, x_new, {}, true);
+  if (x_new.size(1) < 1) fail<ShapeError>("{}: forward_step needs at least one new position, got 0", who);
+  if (x_new.size(0) != batch)
+    fail<ShapeError>("{}: forward_step: batch {} but the cache was made for {}", who, x_new.size(0), batch);
+  if (max_len >= 0 && length + x_new.size(1) > max_len)
+    fail<ValueError>("{}: forward_step: {} positions exceed the cache's max_len {}", who, length + x_new.size(1),
+                     max_len);
+}
+
+void write_rows(const Tensor& buffer, int64_t dim, int64_t at, const Tensor& rows) {
+  Tensor dst = narrow(buffer, dim, at, rows.size(dim));
+  kernels::copy_(dst, rows);
+}
+
+Tensor step_causal_mask(int64_t t, int64_t length) {
+  return t > 1 ? tril(ones({t, length + t}, kBool), length) : Tensor();  // (T, L): m <= length + row
 }
 
 std::vector<OptionSchema> multihead_options() {

@@ -14,10 +14,27 @@ namespace attnlab::nn {
 
 // The state one attention layer keeps between incremental decoding steps (forward_step).
 // Variants with a KV cache or a recurrent state derive from it; the default keeps the inputs.
+class Attention;
+
 struct AttentionCache {
   virtual ~AttentionCache() = default;
-  int64_t length = 0;  // positions consumed so far
+  // Elements held in the cache's tensors: its memory, in numbers of the layer's dtype.
+  virtual int64_t numel() const { return 0; }
+  int64_t length = 0;                // positions consumed so far
+  const Attention* owner = nullptr;  // the layer whose make_cache made it
 };
+
+// Keys and values preallocated for max_len positions, rows [0, length) filled (mha,
+// talking_heads with hk key heads and hv value heads, synthesizer with k undefined unless it has
+// a vanilla part).
+struct KVCache : AttentionCache {
+  Tensor k;  // (B, hk, max_len, dk) or undefined
+  Tensor v;  // (B, hv, max_len, dv)
+  int64_t numel() const override;
+};
+// A zeroed KVCache made by `owner`; hk = 0 leaves k undefined.
+std::unique_ptr<KVCache> make_kv_cache(const Attention* owner, int64_t batch, int64_t max_len, int64_t hk, int64_t dk, int64_t hv, int64_t dv,
+                                       DType dtype);
 
 struct AttentionResult {
   Tensor output;     // (B, N, D)
@@ -41,9 +58,10 @@ class Attention : public Module {
   // Incremental causal decoding. make_cache starts an empty state for `batch` sequences of at
   // most `max_len` positions; forward_step takes the next T positions x_new (B, T, D) and returns
   // their outputs (B, T, D), equal to the last T rows of a causal forward over every position so
-  // far. The default recomputes that causal forward over the kept inputs (O(N) per new token
-  // for dense attention instead of O(1)); mha overrides it with a KV cache. Runs without
-  // recording gradients.
+  // far. The default recomputes that causal forward over the kept inputs (the whole forward per
+  // step); mha, talking_heads, collaborative and synthesizer override it with key/value caches,
+  // local with a rolling window, linear and performer with the recurrent state
+  // (docs/attention.md, "Incremental decoding"). Runs without recording gradients.
   virtual std::unique_ptr<AttentionCache> make_cache(int64_t batch, int64_t max_len) const;
   virtual Tensor forward_step(const Tensor& x_new, AttentionCache& cache);
   // The spec this layer was built from, with every size pinned (what prune_heads preserves).
@@ -51,6 +69,15 @@ class Attention : public Module {
   int64_t d_model() const { return d_model_; }
 
  protected:
+  // For forward_step overrides: `cache` as the type C that this layer's make_cache made, after
+  // checking that this layer made it and is in eval mode (ValueError naming `who` otherwise).
+  template <class C>
+  C& step_cache(AttentionCache& cache, const std::string& who) const {
+    auto* c = dynamic_cast<C*>(&cache);
+    if (!c || cache.owner != this) fail<ValueError>("{}: forward_step got a cache made by another layer", who);
+    if (is_training()) fail<ValueError>("{}: forward_step is for inference; call eval() first", who);
+    return *c;
+  }
   int64_t d_model_ = 0;
 };
 
@@ -95,6 +122,17 @@ Tensor key_mask(const Tensor& mask, int64_t n, int64_t m, const char* variant);
 bool is_key_mask(const Tensor& mask);
 // Validates `keep` for prune_heads: non-empty, in range, no repeats.
 std::vector<int64_t> check_keep(const std::vector<int64_t>& keep, int64_t heads, const char* variant);
+// ---- shared by the forward_step overrides ----
+
+// x_new must be (batch, T, d_model), T >= 1, with length + T <= max_len (max_len < 0: no limit).
+void check_step(const std::string& who, int64_t d_model, const Tensor& x_new, int64_t batch, int64_t length,
+                int64_t max_len);
+// Copies `rows` into `buffer` at [at, at + rows.size(dim)) along `dim` (a cache append).
+void write_rows(const Tensor& buffer, int64_t dim, int64_t at, const Tensor& rows);
+// The causal mask of T new queries at positions length, ..., length + T - 1 over the
+// length + T keys so far, (T, length + T); undefined when T == 1 (the new query sees every key).
+Tensor step_causal_mask(int64_t t, int64_t length);
+
 // Inverted dropout on attention probabilities (train mode only).
 Tensor attention_dropout(const Tensor& p, double rate, bool training, Generator& gen);
 

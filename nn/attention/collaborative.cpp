@@ -7,6 +7,7 @@
 
 #include <cmath>
 
+#include "autograd/grad_mode.hpp"
 #include "autograd/ops.hpp"
 #include "tensor/kernels.hpp"
 
@@ -143,6 +144,44 @@ AttentionResult CollaborativeAttention::forward(const Tensor& x, const Tensor& c
   Tensor o = matmul(attention_dropout(p, config.head.attn_dropout, is_training(), gen), v);  // (B, h, N, dv)
   o = o * head_scale(gate, head_mask);                                // (B, h, N, dv)
   return {(*out_proj)(merge_heads(o)), need_weights ? p : Tensor()};  // (B, N, D)
+}
+
+namespace {
+
+struct CollaborativeCache : AttentionCache {
+  Tensor ks;       // (B, max_len, Dk~): k~ = c k_shared^T
+  Tensor content;  // (B, h, max_len): scale * content_bias_i . c[m]
+  Tensor v;        // (B, h, max_len, dv)
+  int64_t numel() const override { return ks.numel() + content.numel() + v.numel(); }
+};
+
+}  // namespace
+
+std::unique_ptr<AttentionCache> CollaborativeAttention::make_cache(int64_t batch, int64_t max_len) const {
+  auto c = std::make_unique<CollaborativeCache>();
+  c->owner = this;
+  const DType dt = mixing.dtype();
+  c->ks = zeros({batch, max_len, config.shared_key_size}, dt);
+  c->content = zeros({batch, config.head.heads, max_len}, dt);
+  c->v = zeros({batch, config.head.heads, max_len, config.head.value_size}, dt);
+  return c;
+}
+
+Tensor CollaborativeAttention::forward_step(const Tensor& x_new, AttentionCache& cache) {
+  auto& c = step_cache<CollaborativeCache>(cache, kName);
+  check_step(kName, d_model_, x_new, c.v.size(0), c.length, c.v.size(2));
+  NoGradGuard no_grad;
+  const int64_t h = config.head.heads, T = x_new.size(1), L = c.length + T;
+  write_rows(c.ks, 1, c.length, (*k_shared)(x_new));  // rows [length, L)
+  write_rows(c.content, 2, c.length, einsum("bmd,hd->bhm", {x_new, content_bias->weight}) * config.scale);
+  write_rows(c.v, 2, c.length, split_heads((*v_proj)(x_new), h));
+  Tensor qs = (*q_shared)(x_new) * config.scale;                                         // (B, T, Dk~)
+  Tensor scores = einsum("bnr,hr,bmr->bhnm", {qs, mixing, narrow(c.ks, 1, 0, L)});      // (B, h, T, L)
+  scores = scores + unsqueeze(narrow(c.content, 2, 0, L), 2);                            // (B, h, T, L)
+  Tensor p = softmax(scores, -1, step_causal_mask(T, c.length));                         // (B, h, T, L)
+  Tensor o = matmul(p, narrow(c.v, 2, 0, L)) * head_scale(gate, head_mask);             // (B, h, T, dv)
+  c.length = L;
+  return (*out_proj)(merge_heads(o));  // (B, T, D)
 }
 
 std::string CollaborativeAttention::spec() const {

@@ -38,6 +38,10 @@ class CollaborativeAttention : public Attention {
   std::shared_ptr<Attention> prune_heads(const std::vector<int64_t>& keep) const override;
   std::string spec() const override;
   std::string type_name() const override { return "CollaborativeAttention"; }
+  // Caches per position the shared key k~ (Dk~ numbers, shared by the heads), the scaled
+  // content-bias term of every head and V: B max_len (Dk~ + h + h dv) numbers.
+  std::unique_ptr<AttentionCache> make_cache(int64_t batch, int64_t max_len) const override;
+  Tensor forward_step(const Tensor& x_new, AttentionCache& cache) override;
 
   CollaborativeConfig config;
   Tensor mixing;                               // (h, Dk~)

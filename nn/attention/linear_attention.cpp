@@ -10,6 +10,7 @@
 
 #include <cmath>
 
+#include "autograd/grad_mode.hpp"
 #include "autograd/ops.hpp"
 #include "nn/attention/kernels/linear_scan.hpp"
 #include "tensor/kernels.hpp"
@@ -75,6 +76,35 @@ KernelizedResult kernelized_attention(const Tensor& fq, const Tensor& fk, const 
   }
   if (need_weights) r.attention = dense_form(fq, fk, v, eps, mask, causal, variant).attention;
   return r;
+}
+
+Tensor kernelized_step(KernelizedCache& c, const Tensor& fq, const Tensor& fk, const Tensor& v, const Tensor& eps) {
+  const int64_t B = v.size(0), h = v.size(1), T = v.size(2), dv = v.size(3);
+  Tensor v1 = cat({v, ones({B, h, T, 1}, v.dtype())}, -1);  // (B, h, T, dv+1): [v, 1]
+  Tensor within = matmul(fq, transpose(fk, -1, -2));        // (B, h, T, T): phi(q_t) . phi(k_j)
+  if (T > 1) within = where(tril(ones({T, T}, kBool)), within, 0.0);  // j <= t
+  Tensor nd = matmul(fq, c.state) + matmul(within, v1);     // (B, h, T, dv+1)
+  c.state = c.state + matmul(transpose(fk, -1, -2), v1);    // (B, h, F, dv+1)
+  // Causal without a mask: every query sees at least itself, so no "no allowed key" case.
+  return narrow(nd, -1, 0, dv) / (narrow(nd, -1, dv, 1) + eps);  // (B, h, T, dv)
+}
+
+std::unique_ptr<AttentionCache> LinearAttention::make_cache(int64_t batch, int64_t) const {
+  auto c = std::make_unique<KernelizedCache>();
+  c->owner = this;
+  c->batch = batch;
+  c->state = zeros({batch, config.heads, config.key_size, config.value_size + 1}, q_proj->weight.dtype());
+  return c;
+}
+
+Tensor LinearAttention::forward_step(const Tensor& x_new, AttentionCache& cache) {
+  auto& c = step_cache<KernelizedCache>(cache, "linear");
+  check_step("linear", d_model_, x_new, c.batch, c.length, -1);
+  NoGradGuard no_grad;
+  Heads hd = project(x_new, x_new);  // q (B, h, T, dk), k (B, h, T, dk), v (B, h, T, dv)
+  Tensor o = kernelized_step(c, feature_map(hd.q), feature_map(hd.k), hd.v, scalar_tensor(eps, hd.q.dtype()));
+  c.length += x_new.size(1);
+  return finish(o);  // (B, T, D)
 }
 
 std::string head_spec(const HeadConfig& c) {

@@ -29,6 +29,20 @@ struct KernelizedResult {
 KernelizedResult kernelized_attention(const Tensor& fq, const Tensor& fk, const Tensor& v, const Tensor& eps,
                                       const Tensor& mask, bool causal, bool need_weights, const char* variant);
 
+// The recurrent state of causal kernelized attention, for forward_step (linear, performer):
+// per (b, h), S = sum_m phi(k_m) v_m^T and z = sum_m phi(k_m) kept together as the (F, dv + 1)
+// matrix sum_m phi(k_m) [v_m, 1]^T, so that one product gives numerator and denominator.
+struct KernelizedCache : AttentionCache {
+  int64_t batch = 0;
+  Tensor state;  // (B, h, F, dv + 1), zeros at first
+  Tensor shift;  // performer: (B, h, 1, 1), the largest key exponent so far (-inf at first)
+  int64_t numel() const override { return state.numel() + (shift.defined() ? shift.numel() : 0); }
+};
+// One step on T new positions: fq, fk (B, h, T, F), v (B, h, T, dv), eps a 0-d tensor or
+// (B, h, T, 1). Adds the new keys to c.state and returns O (B, h, T, dv), the rows of the causal
+// kernelized_attention for these positions: (phi(q) S + within-step terms) / (phi(q) z + eps).
+Tensor kernelized_step(KernelizedCache& c, const Tensor& fq, const Tensor& fk, const Tensor& v, const Tensor& eps);
+
 // "heads=.., key_size=.., value_size=.., bias=.., causal=.., attn_dropout=.." and the gate
 // options when gated: the common part of the pinned spec string.
 std::string head_spec(const HeadConfig& c);
@@ -43,6 +57,9 @@ class LinearAttention : public ProjectedAttention {
                           bool need_weights = false) override;
   std::string spec() const override;
   std::string type_name() const override { return "LinearAttention"; }
+  // The recurrent state (KernelizedCache, F = dk): B h dk (dv + 1) numbers whatever the length.
+  std::unique_ptr<AttentionCache> make_cache(int64_t batch, int64_t max_len) const override;
+  Tensor forward_step(const Tensor& x_new, AttentionCache& cache) override;
 
   // phi(z) = elu(z) + 1, elementwise.
   static Tensor feature_map(const Tensor& z);

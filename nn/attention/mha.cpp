@@ -76,43 +76,24 @@ AttentionResult MultiHeadAttention::forward(const Tensor& x, const Tensor& conte
   return {(*out_proj)(merge_heads(o)), need_weights ? p : Tensor()};  // (B, N, D)
 }
 
-namespace {
-
-struct KVCache : AttentionCache {
-  Tensor k;  // (B, h, max_len, dk): rows [0, length) filled
-  Tensor v;  // (B, h, max_len, dv)
-};
-
-}  // namespace
-
 std::unique_ptr<AttentionCache> MultiHeadAttention::make_cache(int64_t batch, int64_t max_len) const {
-  auto c = std::make_unique<KVCache>();
-  const DType dt = q_proj->weight.dtype();
-  c->k = zeros({batch, config.heads, max_len, config.key_size}, dt);
-  c->v = zeros({batch, config.heads, max_len, config.value_size}, dt);
-  return c;
+  return make_kv_cache(this, batch, max_len, config.heads, config.key_size, config.heads, config.value_size,
+                       q_proj->weight.dtype());
 }
 
 Tensor MultiHeadAttention::forward_step(const Tensor& x_new, AttentionCache& cache) {
-  auto* c = dynamic_cast<KVCache*>(&cache);
-  if (!c) fail<ValueError>("mha: forward_step got a cache made by another layer");
-  if (is_training()) fail<ValueError>("mha: forward_step is for inference; call eval() first");
-  check_inputs("mha", d_model_, x_new, {}, true);
+  KVCache& c = step_cache<KVCache>(cache, "mha");
+  check_step("mha", d_model_, x_new, c.v.size(0), c.length, c.v.size(2));
   NoGradGuard no_grad;
-  const int64_t h = config.heads, B = x_new.size(0), T = x_new.size(1), L = c->length + T;
-  if (B != c->k.size(0)) fail<ShapeError>("mha: forward_step: batch {} but the cache was made for {}", B, c->k.size(0));
-  if (L > c->k.size(2))
-    fail<ValueError>("mha: forward_step: {} positions exceed the cache's max_len {}", L, c->k.size(2));
+  const int64_t h = config.heads, T = x_new.size(1), L = c.length + T;
   const double scale = 1.0 / std::sqrt(double(config.key_size));
-  Tensor q = split_heads((*q_proj)(x_new), h) * scale;                              // (B, h, T, dk)
-  kernels::copy_(narrow(c->k, 2, c->length, T), split_heads((*k_proj)(x_new), h));  // rows [length, L)
-  kernels::copy_(narrow(c->v, 2, c->length, T), split_heads((*v_proj)(x_new), h));
-  Tensor k = narrow(c->k, 2, 0, L), v = narrow(c->v, 2, 0, L);                      // (B, h, L, dk|dv)
-  // New row t sits at position length + t and sees m <= length + t.
-  Tensor allowed = T > 1 ? tril(ones({T, L}, kBool), c->length) : Tensor();          // (T, L)
-  Tensor p = softmax(matmul(q, transpose(k, -2, -1)), -1, allowed);                 // (B, h, T, L)
-  Tensor o = matmul(p, v) * head_scale(gate, head_mask);                            // (B, h, T, dv)
-  c->length = L;
+  Tensor q = split_heads((*q_proj)(x_new), h) * scale;               // (B, h, T, dk)
+  write_rows(c.k, 2, c.length, split_heads((*k_proj)(x_new), h));    // rows [length, L)
+  write_rows(c.v, 2, c.length, split_heads((*v_proj)(x_new), h));
+  Tensor k = narrow(c.k, 2, 0, L), v = narrow(c.v, 2, 0, L);         // (B, h, L, dk|dv)
+  Tensor p = softmax(matmul(q, transpose(k, -2, -1)), -1, step_causal_mask(T, c.length));  // (B, h, T, L)
+  Tensor o = matmul(p, v) * head_scale(gate, head_mask);             // (B, h, T, dv)
+  c.length = L;
   return (*out_proj)(merge_heads(o));  // (B, T, D)
 }
 

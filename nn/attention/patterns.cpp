@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "autograd/grad_mode.hpp"
 #include "autograd/ops.hpp"
 #include "nn/attention/mha.hpp"
 
@@ -176,6 +177,49 @@ std::vector<PatternAttention::Part> LocalAttention::parts(int64_t n, int64_t m, 
 }
 
 std::string LocalAttention::own_options() const { return fmt::format("window={}", window); }
+
+namespace {
+
+struct WindowCache : AttentionCache {
+  int64_t batch = 0;
+  Tensor k;  // (B, h, min(length, window), dk): the keys of the last positions, oldest first
+  Tensor v;  // (B, h, min(length, window), dv)
+  int64_t numel() const override { return k.defined() ? k.numel() + v.numel() : 0; }
+};
+
+}  // namespace
+
+std::unique_ptr<AttentionCache> LocalAttention::make_cache(int64_t batch, int64_t) const {
+  auto c = std::make_unique<WindowCache>();
+  c->owner = this;
+  c->batch = batch;
+  return c;
+}
+
+// The causal band 0 <= n - m <= window: a new query needs the `window` positions before it and
+// the new ones up to itself, so only the last `window` keys survive a step.
+Tensor LocalAttention::forward_step(const Tensor& x_new, AttentionCache& cache) {
+  auto& c = step_cache<WindowCache>(cache, "local");
+  check_step("local", d_model_, x_new, c.batch, c.length, -1);
+  NoGradGuard no_grad;
+  const int64_t T = x_new.size(1);
+  Heads hd = project(x_new, x_new);  // q (B, h, T, dk), k (B, h, T, dk), v (B, h, T, dv)
+  Tensor k = c.k.defined() ? cat({c.k, hd.k}, 2) : hd.k;  // (B, h, P + T, dk): key j at position length - P + j
+  Tensor v = c.v.defined() ? cat({c.v, hd.v}, 2) : hd.v;  // (B, h, P + T, dv)
+  const int64_t P = k.size(2) - T;
+  Tensor allowed = zeros({T, P + T}, kBool);  // (T, P + T): 0 <= (P + t) - j <= window
+  bool* a = allowed.data<bool>();
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t j = std::max<int64_t>(0, P + t - window); j <= P + t; ++j) a[t * (P + T) + j] = true;
+  const double scale = 1.0 / std::sqrt(double(config.key_size));
+  Tensor p = softmax(matmul(hd.q * scale, transpose(k, -2, -1)), -1, allowed);  // (B, h, T, P + T)
+  Tensor o = matmul(p, v);                                                       // (B, h, T, dv)
+  const int64_t keep = std::min(P + T, window);  // contiguous copies, so the old rows are freed
+  c.k = contiguous(narrow(k, 2, P + T - keep, keep));  // (B, h, keep, dk)
+  c.v = contiguous(narrow(v, 2, P + T - keep, keep));  // (B, h, keep, dv)
+  c.length += T;
+  return finish(o);  // (B, T, D)
+}
 
 // ---- dilated ----
 

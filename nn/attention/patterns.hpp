@@ -57,6 +57,10 @@ class LocalAttention : public PatternAttention {
   bool allows(int64_t n, int64_t m) const override;
   std::vector<Part> parts(int64_t n, int64_t m, bool causal) const override;
   std::string type_name() const override { return "LocalAttention"; }
+  // A rolling window: the keys and values of the last `window` positions only,
+  // B h min(length, window) (dk + dv) numbers whatever the length (max_len is not needed).
+  std::unique_ptr<AttentionCache> make_cache(int64_t batch, int64_t max_len) const override;
+  Tensor forward_step(const Tensor& x_new, AttentionCache& cache) override;
   int64_t window;
 
  protected:

@@ -117,6 +117,11 @@ void Performer::redraw_projection() {
   projection.set_data(fresh);  // new storage: snapshots taken by earlier forward calls keep theirs
 }
 
+Tensor Performer::exponent(const Tensor& z, const Tensor& w) const {
+  Tensor zs = z * std::pow(double(config.key_size), -0.25);                    // (B, h, N, dk)
+  return matmul(zs, transpose(w, 0, 1)) - sum(square(zs), {-1}, true) * 0.5;  // (B, h, N, m)
+}
+
 AttentionResult Performer::forward(const Tensor& x, const Tensor& context, const Tensor& mask, bool causal,
                                    bool need_weights) {
   const bool is_causal = causal || config.causal;
@@ -124,15 +129,10 @@ AttentionResult Performer::forward(const Tensor& x, const Tensor& context, const
   const int64_t N = x.size(1), M = c.size(1);
   check_mask(mask, N, M, "performer");
   Heads hd = project(x, c);  // q (B, h, N, dk), k (B, h, M, dk), v (B, h, M, dv)
-  const double scale = std::pow(double(config.key_size), -0.25);
   const double inv_sqrt_m = 1.0 / std::sqrt(double(performer.features));
   const Tensor w = projection.detach();  // (m, dk): this call's snapshot (see redraw_projection)
-  auto exponent = [&](const Tensor& z) {  // W z' - ||z'||^2 / 2, z' = z / dk^(1/4)
-    Tensor zs = z * scale;
-    return matmul(zs, transpose(w, 0, 1)) - sum(square(zs), {-1}, true) * 0.5;
-  };
-  Tensor eq = exponent(hd.q);  // (B, h, N, m)
-  Tensor ek = exponent(hd.k);  // (B, h, M, m)
+  Tensor eq = exponent(hd.q, w);         // (B, h, N, m)
+  Tensor ek = exponent(hd.k, w);         // (B, h, M, m)
   Tensor used = keys_in_use(mask, N, M, "performer");  // (B|1, h|1, M|1, 1) or undefined
   Tensor a, ck, eps;  // shifts and the rescaled eps: constants (the result does not depend on them)
   {
@@ -155,6 +155,40 @@ AttentionResult Performer::forward(const Tensor& x, const Tensor& context, const
     train_calls = 0;
   }
   return {out, r.attention};
+}
+
+std::unique_ptr<AttentionCache> Performer::make_cache(int64_t batch, int64_t) const {
+  auto c = std::make_unique<KernelizedCache>();
+  c->owner = this;
+  const DType dt = q_proj->weight.dtype();
+  c->batch = batch;
+  c->state = zeros({batch, config.heads, performer.features, config.value_size + 1}, dt);
+  c->shift = full({batch, config.heads, 1, 1}, -INFINITY, dt);
+  return c;
+}
+
+// forward's shifts, step-wise: the query shift a_n is per row, as in forward; the key shift is
+// the running maximum c of the key exponents, and the state is rescaled when c grows. eps is
+// rescaled by exp(-(a_n + c)) with the current c, which keeps it on the unshifted denominator.
+Tensor Performer::forward_step(const Tensor& x_new, AttentionCache& cache) {
+  auto& c = step_cache<KernelizedCache>(cache, "performer");
+  check_step("performer", d_model_, x_new, c.batch, c.length, -1);
+  NoGradGuard no_grad;
+  Heads hd = project(x_new, x_new);  // q (B, h, T, dk), k (B, h, T, dk), v (B, h, T, dv)
+  const double inv_sqrt_m = 1.0 / std::sqrt(double(performer.features));
+  Tensor eq = exponent(hd.q, projection);                  // (B, h, T, m)
+  Tensor ek = exponent(hd.k, projection);                  // (B, h, T, m)
+  Tensor a = amax(eq, {-1}, true);                         // (B, h, T, 1)
+  Tensor shift = maximum(c.shift, amax(ek, {2, 3}, true));  // (B, h, 1, 1): finite from the first key on
+  c.state = c.state * exp(c.shift - shift);                // exp(-inf) = 0 on the first step, 1 when unchanged
+  c.shift = shift;
+  Tensor eps = performer.eps == 0 ? scalar_tensor(0.0, eq.dtype())
+                                  : exp(add(neg(a + shift), std::log(performer.eps)));  // (B, h, T, 1)
+  Tensor fq = exp(eq - a) * inv_sqrt_m;      // (B, h, T, m)
+  Tensor fk = exp(ek - shift) * inv_sqrt_m;  // (B, h, T, m)
+  Tensor o = kernelized_step(c, fq, fk, hd.v, eps);
+  c.length += x_new.size(1);
+  return finish(o);  // (B, T, D)
 }
 
 std::string Performer::spec() const {

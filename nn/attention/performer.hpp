@@ -40,6 +40,13 @@ class Performer : public ProjectedAttention {
                           bool need_weights = false) override;
   std::string spec() const override;
   std::string type_name() const override { return "Performer"; }
+  // The recurrent state (KernelizedCache, F = m) with the running key shift: B h (m (dv + 1) + 1)
+  // numbers whatever the length. When new keys raise the largest key exponent c to c', the
+  // state is multiplied by exp(c - c'), so it always holds the features shifted by the current
+  // c: exactly forward's result in real arithmetic (forward shifts by the largest exponent of
+  // all N keys instead; the two differ by float rounding only).
+  std::unique_ptr<AttentionCache> make_cache(int64_t batch, int64_t max_len) const override;
+  Tensor forward_step(const Tensor& x_new, AttentionCache& cache) override;
 
   // A new (m, dk) float64 projection drawn from `gen` as described above.
   static Tensor draw_projection(int64_t m, int64_t dk, bool ortho, Generator& gen);
@@ -50,6 +57,10 @@ class Performer : public ProjectedAttention {
   PerformerConfig performer;
   Tensor projection;        // (m, dk) buffer
   int64_t train_calls = 0;  // train-mode forward calls since the last draw
+
+ private:
+  // W z' - ||z'||^2 / 2 with z' = z / dk^(1/4): z (B, h, N, dk), w (m, dk) -> (B, h, N, m).
+  Tensor exponent(const Tensor& z, const Tensor& w) const;
 };
 
 }  // namespace attnlab::nn

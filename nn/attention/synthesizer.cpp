@@ -7,8 +7,10 @@
 // fixed_random.logits from N(0, 1) (spec); mix_logits zeros (spec).
 #include "nn/attention/synthesizer.hpp"
 
+#include <algorithm>
 #include <cmath>
 
+#include "autograd/grad_mode.hpp"
 #include "autograd/ops.hpp"
 #include "nn/attention/mha.hpp"
 #include "nn/init.hpp"
@@ -36,6 +38,10 @@ class DenseLogits : public SynthesizerPart {
     Tensor hid = split_heads(relu((*w1)(x)), heads);  // (B, h, N, dh)
     return w2->forward(hid, x.size(1));               // (B, h, N, N)
   }
+  Tensor logits_rows(const Tensor& x_new, int64_t start, const Tensor&) override {
+    Tensor hid = split_heads(relu((*w1)(x_new)), heads);  // (B, h, T, dh)
+    return w2->forward(hid, start + x_new.size(1));       // (B, h, T, L)
+  }
   std::string type_name() const override { return "DenseSynthesizer"; }
   int64_t heads;
   std::shared_ptr<Linear> w1;
@@ -49,15 +55,19 @@ class FactorizedDenseLogits : public SynthesizerPart {
     wa = register_module("wa", std::make_shared<HeadwiseLinear>(heads, a, c.hidden, c.head.bias));
     wb = register_module("wb", std::make_shared<HeadwiseLinear>(heads, b, c.hidden, c.head.bias));
   }
-  Tensor logits(const Tensor& x) override {
-    const int64_t N = x.size(1);
+  Tensor logits(const Tensor& x) override { return columns(x, x.size(1)); }
+  Tensor logits_rows(const Tensor& x_new, int64_t start, const Tensor&) override {
+    return columns(x_new, start + x_new.size(1));  // a row depends on its own input only
+  }
+  // The rows of x's positions over the columns [0, M): x (B, N, D) -> (B, h, N, M).
+  Tensor columns(const Tensor& x, int64_t M) {
     Tensor hid = split_heads(relu((*w1)(x)), heads);  // (B, h, N, dh)
     Tensor fa = wa->forward(hid, a);                  // (B, h, N, a)
     Tensor fb = wb->forward(hid, b);                  // (B, h, N, b)
     // Column m of S reads A at m mod a and Bf at m div a: A tiled b times times Bf repeated a times.
-    std::vector<int64_t> ia(N), ib(N);
-    for (int64_t m = 0; m < N; ++m) ia[m] = m % a, ib[m] = m / a;
-    return index_select(fa, 3, from_vector(ia)) * index_select(fb, 3, from_vector(ib));  // (B, h, N, N)
+    std::vector<int64_t> ia(M), ib(M);
+    for (int64_t m = 0; m < M; ++m) ia[m] = m % a, ib[m] = m / a;
+    return index_select(fa, 3, from_vector(ia)) * index_select(fb, 3, from_vector(ib));  // (B, h, N, M)
   }
   std::string type_name() const override { return "FactorizedDenseSynthesizer"; }
   int64_t heads, a, b;
@@ -76,6 +86,10 @@ class RandomLogits : public SynthesizerPart {
     const int64_t N = x.size(1);
     return unsqueeze(narrow(narrow(table, 1, 0, N), 2, 0, N), 0);  // (1, h, N, N)
   }
+  Tensor logits_rows(const Tensor& x_new, int64_t start, const Tensor&) override {
+    const int64_t T = x_new.size(1);
+    return unsqueeze(narrow(narrow(table, 1, start, T), 2, 0, start + T), 0);  // (1, h, T, L)
+  }
   std::string type_name() const override { return trained ? "RandomSynthesizer" : "FixedRandomSynthesizer"; }
   bool trained;
   Tensor table;  // (h, L, L)
@@ -92,6 +106,11 @@ class FactorizedRandomLogits : public SynthesizerPart {
     Tensor s = matmul(narrow(r1, 1, 0, N), transpose(narrow(r2, 1, 0, N), 1, 2));  // (h, N, N)
     return unsqueeze(s, 0);                                                          // (1, h, N, N)
   }
+  Tensor logits_rows(const Tensor& x_new, int64_t start, const Tensor&) override {
+    const int64_t T = x_new.size(1);
+    Tensor s = matmul(narrow(r1, 1, start, T), transpose(narrow(r2, 1, 0, start + T), 1, 2));  // (h, T, L)
+    return unsqueeze(s, 0);                                                                    // (1, h, T, L)
+  }
   std::string type_name() const override { return "FactorizedRandomSynthesizer"; }
   Tensor r1, r2;
 };
@@ -106,6 +125,12 @@ class VanillaLogits : public SynthesizerPart {
     Tensor q = split_heads((*q_proj)(x), heads) * (1.0 / std::sqrt(double(key_size)));  // (B, h, N, dk)
     Tensor k = split_heads((*k_proj)(x), heads);                                        // (B, h, N, dk)
     return matmul(q, transpose(k, -2, -1));                                             // (B, h, N, N)
+  }
+  Tensor logits_rows(const Tensor& x_new, int64_t start, const Tensor& keys) override {
+    const int64_t T = x_new.size(1);
+    Tensor q = split_heads((*q_proj)(x_new), heads) * (1.0 / std::sqrt(double(key_size)));  // (B, h, T, dk)
+    write_rows(keys, 2, start, split_heads((*k_proj)(x_new), heads));                       // rows [start, L)
+    return matmul(q, transpose(narrow(keys, 2, 0, start + T), -2, -1));                     // (B, h, T, L)
   }
   std::string type_name() const override { return "VanillaScores"; }
   int64_t heads, key_size;
@@ -288,6 +313,40 @@ AttentionResult Synthesizer::forward(const Tensor& x, const Tensor& context, con
   Tensor o = matmul(attention_dropout(p, config.head.attn_dropout, is_training(), gen), v);  // (B, h, N, dv)
   o = o * head_scale(gate, head_mask);                                                       // (B, h, N, dv)
   return {(*out_proj)(merge_heads(o)), need_weights ? p : Tensor()};                         // (B, N, D)
+}
+
+std::unique_ptr<AttentionCache> Synthesizer::make_cache(int64_t batch, int64_t max_len) const {
+  const int64_t L = std::min(max_len, config.max_len);  // the layer never takes more positions
+  return make_kv_cache(this, batch, L, config.has("vanilla") ? config.head.heads : 0, config.head.key_size,
+                       config.head.heads, config.head.value_size, v_proj->weight.dtype());
+}
+
+Tensor Synthesizer::forward_step(const Tensor& x_new, AttentionCache& cache) {
+  KVCache& c = step_cache<KVCache>(cache, "synthesizer");
+  check_step("synthesizer", d_model_, x_new, c.v.size(0), c.length, -1);
+  const int64_t B = x_new.size(0), T = x_new.size(1), L = c.length + T, h = config.head.heads;
+  if (L > config.max_len)
+    fail<ShapeError>("synthesizer: forward_step: {} positions exceed max_len={}; build the layer with max_len >= {}",
+                     L, config.max_len, L);
+  if (L > c.v.size(2))
+    fail<ValueError>("synthesizer: forward_step: {} positions exceed the cache's max_len {}", L, c.v.size(2));
+  NoGradGuard no_grad;
+  Tensor s;  // (B|1, h, T, L): forward's logits, rows [length, L)
+  if (parts.size() == 1) {
+    s = parts[0]->logits_rows(x_new, c.length, c.k);
+  } else {
+    Tensor w = mixture_weights();  // (P)
+    for (size_t p = 0; p < parts.size(); ++p) {
+      Tensor term = parts[p]->logits_rows(x_new, c.length, c.k) * select(w, 0, static_cast<int64_t>(p));
+      s = s.defined() ? s + term : term;  // (B|1, h, T, L)
+    }
+  }
+  if (s.size(0) != B) s = expand(s, {B, h, T, L});                    // (B, h, T, L)
+  Tensor p = softmax(s, -1, step_causal_mask(T, c.length));           // (B, h, T, L)
+  write_rows(c.v, 2, c.length, split_heads((*v_proj)(x_new), h));      // rows [length, L)
+  Tensor o = matmul(p, narrow(c.v, 2, 0, L)) * head_scale(gate, head_mask);  // (B, h, T, dv)
+  c.length = L;
+  return (*out_proj)(merge_heads(o));  // (B, T, D)
 }
 
 std::string Synthesizer::spec() const {

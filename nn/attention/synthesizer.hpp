@@ -45,6 +45,11 @@ class SynthesizerPart : public Module {
  public:
   // x (B, N, D) -> S (B, h, N, N), or (1, h, N, N) for parts that ignore the input.
   virtual Tensor logits(const Tensor& x) = 0;
+  // For forward_step: rows [start, start + T) of logits() over the columns [0, start + T),
+  // x_new (B, T, D) being those rows' inputs -> (B|1, h, T, start + T). Every part but vanilla
+  // needs only the new rows' inputs and positions; vanilla writes its new keys into `keys`
+  // (B, h, max_len, dk) and reads the cached ones (undefined for the other parts).
+  virtual Tensor logits_rows(const Tensor& x_new, int64_t start, const Tensor& keys) = 0;
 };
 
 class Synthesizer : public Attention {
@@ -58,6 +63,11 @@ class Synthesizer : public Attention {
   std::shared_ptr<Attention> prune_heads(const std::vector<int64_t>& keep) const override;
   std::string spec() const override;
   std::string type_name() const override { return "Synthesizer"; }
+  // A KV cache (KVCache: V, and K when a part is vanilla) for min(max_len, config.max_len)
+  // positions; each part computes the new rows of its logits (SynthesizerPart::logits_rows).
+  // forward_step beyond config.max_len positions throws ShapeError naming max_len.
+  std::unique_ptr<AttentionCache> make_cache(int64_t batch, int64_t max_len) const override;
+  Tensor forward_step(const Tensor& x_new, AttentionCache& cache) override;
   // softmax(mix_logits) (P): the weight of each part; a 1-element ones tensor for one part.
   Tensor mixture_weights() const;
 

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "autograd/grad_mode.hpp"
 #include "autograd/ops.hpp"
 #include "nn/attention/mha.hpp"  // head_scale
 #include "nn/init.hpp"
@@ -103,6 +104,33 @@ AttentionResult TalkingHeadsAttention::forward(const Tensor& x, const Tensor& co
   Tensor o = matmul(u, v);                                                                // (B, hv, N, dv)
   o = o * head_scale(gate, head_mask);                                                    // (B, hv, N, dv)
   return {(*out_proj)(merge_heads(o)), need_weights ? w : Tensor()};                     // (B, N, D)
+}
+
+std::unique_ptr<AttentionCache> TalkingHeadsAttention::make_cache(int64_t batch, int64_t max_len) const {
+  return make_kv_cache(this, batch, max_len, config.logit_heads, config.head.key_size, config.value_heads,
+                       config.head.value_size, q_proj->weight.dtype());
+}
+
+// forward's steps on the T new query rows against every cached key: the pre mix combines the
+// logit heads of one (n, m) entry and the post mix the softmax heads of one entry, so rows of
+// earlier positions are never needed again.
+Tensor TalkingHeadsAttention::forward_step(const Tensor& x_new, AttentionCache& cache) {
+  KVCache& c = step_cache<KVCache>(cache, "talking_heads");
+  check_step("talking_heads", d_model_, x_new, c.v.size(0), c.length, c.v.size(2));
+  NoGradGuard no_grad;
+  const int64_t T = x_new.size(1), L = c.length + T;
+  const double scale = 1.0 / std::sqrt(double(config.head.key_size));
+  Tensor q = split_heads((*q_proj)(x_new), config.logit_heads) * scale;             // (B, hk, T, dk)
+  write_rows(c.k, 2, c.length, split_heads((*k_proj)(x_new), config.logit_heads));  // rows [length, L)
+  write_rows(c.v, 2, c.length, split_heads((*v_proj)(x_new), config.value_heads));
+  Tensor k = narrow(c.k, 2, 0, L), v = narrow(c.v, 2, 0, L);                        // (B, hk|hv, L, dk|dv)
+  Tensor logits = matmul(q, transpose(k, -2, -1));                                  // J: (B, hk, T, L)
+  if (config.pre) logits = einsum("banm,aj->bjnm", {logits, pre_mix});               // L: (B, h, T, L)
+  Tensor u = softmax(logits, -1, step_causal_mask(T, c.length));                    // W: (B, h, T, L)
+  if (config.post) u = einsum("bjnm,jv->bvnm", {u, post_mix});                      // U: (B, hv, T, L)
+  Tensor o = matmul(u, v) * head_scale(gate, head_mask);                            // (B, hv, T, dv)
+  c.length = L;
+  return (*out_proj)(merge_heads(o));  // (B, T, D)
 }
 
 std::string TalkingHeadsAttention::spec() const {

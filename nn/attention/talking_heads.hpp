@@ -37,6 +37,9 @@ class TalkingHeadsAttention : public Attention {
   std::shared_ptr<Attention> prune_heads(const std::vector<int64_t>& keep) const override;
   std::string spec() const override;
   std::string type_name() const override { return "TalkingHeadsAttention"; }
+  // A KV cache with hk key heads and hv value heads (KVCache); both mixes act on the new rows only.
+  std::unique_ptr<AttentionCache> make_cache(int64_t batch, int64_t max_len) const override;
+  Tensor forward_step(const Tensor& x_new, AttentionCache& cache) override;
 
   TalkingHeadsConfig config;
   std::shared_ptr<Linear> q_proj, k_proj, v_proj, out_proj;  // (hk*dk, D), (hk*dk, D), (hv*dv, D), (D, hv*dv)

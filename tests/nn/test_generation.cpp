@@ -23,7 +23,7 @@ nn::LMConfig small_lm(const std::string& attention) {
 }  // namespace
 
 TEST_CASE("forward_step in pieces equals the causal forward, with the mha KV cache and the recomputing default") {
-  for (const char* spec : {"mha(heads=2, key_size=3, gate=hard_concrete)", "talking_heads(heads=2, logit_heads=3)"}) {
+  for (const char* spec : {"mha(heads=2, key_size=3, gate=hard_concrete)", "dilated(window=1, dilation=2, heads=2)"}) {
     CAPTURE(spec);
     manual_seed(3);
     auto attn = nn::make_attention(spec, 8);

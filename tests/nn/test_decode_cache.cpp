@@ -1,0 +1,154 @@
+// The decoding caches of the variants that override Attention::forward_step (talking_heads,
+// collaborative, synthesizer, local, linear, performer; mha is in test_generation.cpp): each
+// step's rows equal the causal forward's, the cache stays the size the docs give, and cached
+// generation picks the same tokens as full recomputation.
+#include <string>
+#include <vector>
+
+#include "helpers.hpp"
+#include "nn/attention/registry.hpp"
+#include "nn/generation.hpp"
+#include "nn/transformer.hpp"
+#include "tensor/kernels.hpp"
+
+using namespace attnlab;
+using namespace attnlab::testing;
+
+namespace {
+
+// Variant specs for d_model = 8 without the closing parenthesis; the tests add the head options.
+const std::vector<std::string> kVariants = {
+    "talking_heads(heads=2, logit_heads=3, value_heads=4, key_size=3, value_size=2",
+    "talking_heads(heads=2, pre=false, post=false",
+    "collaborative(heads=2, shared_key_size=5",
+    "synthesizer(parts=dense+random+fixed_random+factorized_dense+factorized_random+vanilla, max_len=12, hidden=3, "
+    "factor=2, heads=2",
+    "synthesizer(parts=factorized_dense, max_len=12, hidden=3, heads=2",
+    "synthesizer(parts=vanilla, max_len=12, heads=2",
+    "local(window=2, heads=2",
+    "linear(heads=2",
+    "performer(heads=2, features=6",
+};
+
+// Random gate parameters, so that every head gets another eval-mode gate value.
+void randomise_gates(nn::Attention& attn, Generator& gen) {
+  NoGradGuard no_grad;
+  for (auto& [name, t] : attn.state_dict())
+    if (name.find("log_alpha") != std::string::npos) {
+      Tensor dst = t;
+      kernels::copy_(dst, randn(t.shape(), gen, t.dtype()));
+    }
+}
+
+}  // namespace
+
+TEST_CASE("forward_step in chunks of 1, 3, 1, 2 positions equals the causal forward for every cached variant") {
+  for (const std::string& base : kVariants) {
+    for (const char* extra : {", bias=false, gate=hard_concrete)", ")"}) {
+      for (DType dt : {kFloat64, kFloat32}) {
+        const std::string spec = base + extra;
+        CAPTURE(spec);
+        CAPTURE(dtype_name(dt));
+        manual_seed(11);
+        auto attn = nn::make_attention(spec, 8);
+        Generator gen(12);
+        randomise_gates(*attn, gen);
+        attn->to(dt);
+        attn->eval();
+        Tensor x = randn({2, 7, 8}, gen, dt) * 2.0;          // (2, 7, 8); larger inputs move performer's key shift
+        Tensor want = attn->forward(x, {}, {}, true).output;  // (2, 7, 8)
+        auto cache = attn->make_cache(2, 12);
+        const int64_t first_numel = cache->numel();
+        std::vector<Tensor> parts;
+        int64_t at = 0;
+        for (int64_t t : {1, 3, 1, 2}) {
+          parts.push_back(attn->forward_step(narrow(x, 1, at, t), *cache));
+          at += t;
+        }
+        CHECK(cache->length == 7);
+        const double tol = dt == kFloat64 ? 1e-10 : 1e-4;
+        CHECK(allclose(cat(parts, 1), want, tol, tol));
+        // The variant's own cache, not the default's growing copy of the inputs: preallocated or
+        // recurrent state keeps its size; local's window holds window = 2 positions.
+        if (base.rfind("local", 0) == 0)
+          CHECK(cache->numel() == 2 * 2 * 2 * (4 + 4));
+        else
+          CHECK(cache->numel() == first_numel);
+        CHECK(cache->numel() > 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("local's decoding cache holds the last `window` positions only") {
+  manual_seed(1);
+  auto attn = nn::make_attention("local(window=3, heads=2, key_size=5, value_size=3)", 8);
+  attn->eval();
+  Generator gen(2);
+  Tensor x = randn({1, 40, 8}, gen);  // (1, 40, 8)
+  auto cache = attn->make_cache(1, 4);  // local needs no max_len: the window bounds the cache
+  CHECK(cache->numel() == 0);
+  for (int64_t n = 0; n < 40; ++n) {
+    attn->forward_step(narrow(x, 1, n, 1), *cache);
+    CHECK(cache->numel() == 1 * 2 * std::min<int64_t>(n + 1, 3) * (5 + 3));  // B h min(length, w) (dk + dv)
+  }
+  Tensor want = narrow(attn->forward(x, {}, {}, true).output, 1, 39, 1);  // (1, 1, 8)
+  auto again = attn->make_cache(1, 0);
+  attn->forward_step(narrow(x, 1, 0, 39), *again);
+  CHECK(allclose(attn->forward_step(narrow(x, 1, 39, 1), *again), want, 1e-5, 1e-5));
+}
+
+TEST_CASE("forward_step errors of the cached variants") {
+  manual_seed(0);
+  Generator gen(3);
+  SUBCASE("synthesizer beyond max_len names the option and the sizes") {
+    auto attn = nn::make_attention("synthesizer(parts=random, max_len=4, heads=2)", 8);
+    attn->eval();
+    auto cache = attn->make_cache(1, 10);
+    attn->forward_step(randn({1, 3, 8}, gen), *cache);
+    const std::string e = error_of([&] { attn->forward_step(randn({1, 2, 8}, gen), *cache); });
+    CHECK(e.find("5 positions exceed max_len=4") != std::string::npos);
+    CHECK(cache->length == 3);
+  }
+  SUBCASE("a cache made by another layer of the same kind, a wrong batch, train mode") {
+    auto a = nn::make_attention("talking_heads(heads=2)", 8), b = nn::make_attention("talking_heads(heads=2)", 8);
+    auto lin = nn::make_attention("linear(heads=2)", 8);
+    a->eval();
+    b->eval();
+    lin->eval();
+    auto ca = a->make_cache(1, 4), cl = lin->make_cache(1, 4);
+    CHECK(error_of([&] { b->forward_step(randn({1, 1, 8}, gen), *ca); }).find("another layer") != std::string::npos);
+    CHECK(error_of([&] { lin->forward_step(randn({2, 1, 8}, gen), *cl); }).find("batch 2 but the cache was made for 1") !=
+          std::string::npos);
+    lin->train();
+    CHECK(error_of([&] { lin->forward_step(randn({1, 1, 8}, gen), *cl); }).find("eval()") != std::string::npos);
+  }
+}
+
+TEST_CASE("cached and uncached generation produce identical tokens for every cached variant") {
+  for (const std::string& base : kVariants) {
+    std::string spec = base + ", gate=hard_concrete)";
+    // The LM below has d_model 16 and max_len 24: the synthesizers need max_len >= 24.
+    if (auto at = spec.find("max_len=12"); at != std::string::npos) spec.replace(at, 10, "max_len=24");
+    for (double temperature : {0.0, 1.0}) {
+      CAPTURE(spec);
+      CAPTURE(temperature);
+      manual_seed(8);
+      nn::LMConfig c;
+      c.block.d_model = 16;
+      c.block.attention = spec;
+      c.layers = 2;
+      c.vocab_size = 11;
+      c.max_len = 24;
+      nn::CausalLM lm(c);
+      Generator gen(9);
+      Tensor prompt = randint(0, 11, {2, 3}, gen);
+      nn::GenerateOptions o{.max_new_tokens = 20, .temperature = temperature, .top_k = 5, .seed = 42};
+      Tensor cached = nn::generate(lm, prompt, o);
+      o.use_cache = false;
+      Tensor uncached = nn::generate(lm, prompt, o);
+      CHECK(cached.shape() == Dims{2, 23});
+      CHECK(cached.to_vector<int64_t>() == uncached.to_vector<int64_t>());
+    }
+  }
+}
