@@ -328,3 +328,31 @@ TEST_CASE("analysis: gate values are the eval-mode gates; heatmaps and tables ar
   CHECK(fs::exists(paths[1]));
   fs::remove_all(dir);
 }
+
+TEST_CASE("analysis: ConservativeMode keeps values and changes only what autograd sees") {
+  Tensor x = leaf64({3, 5}, 11);
+  Tensor p_plain = softmax(x, -1), g_plain = gelu(x);
+  nn::LayerNorm ln(5);
+  ln.to(kFloat64);
+  Tensor y_plain = ln(x);
+  {
+    ConservativeModeGuard conservative;
+    Tensor p = softmax(x, -1);
+    CHECK(allclose(p, p_plain, 0, 0));
+    CHECK_FALSE(p.requires_grad());  // AH-rule: a constant
+    Tensor g = gelu(x);
+    CHECK(allclose(g, g_plain, 1e-12, 1e-15));
+    // x * r(x) with r constant: the gradient of sum(gelu) is r(x) = gelu(x) / x.
+    sum(g).backward();
+    CHECK(allclose(x.grad(), g_plain.detach() / x.detach(), 1e-12, 1e-15));
+    x.set_grad(Tensor());
+    Tensor y = ln(x);
+    CHECK(allclose(y, y_plain, 1e-12, 1e-15));
+    // LN-rule: y is linear in x, so sum(x * dy/dx . w) = sum(y * w) with zero bias.
+    Tensor w = leaf64({3, 5}, 12).detach();
+    sum(y * w).backward();
+    CHECK(sum(x.detach() * x.grad()).item() == doctest::Approx(sum(y.detach() * w).item()).epsilon(1e-12));
+  }
+  CHECK_FALSE(ConservativeMode::is_enabled());
+  CHECK(softmax(x, -1).requires_grad());
+}

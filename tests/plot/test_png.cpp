@@ -43,7 +43,7 @@ TEST_CASE("png: an RGB image round-trips through write_png and read_png") {
   CHECK(back.pixel(6, 4) == plot::Rgb{1, 2, 3});
   CHECK(back.pixel(0, 0) == plot::Rgb{255, 255, 255});
   CHECK(back.rgb == img.rgb);
-  CHECK_FALSE(fs::exists(path + ".tmp." + std::to_string(getpid())));  // the temporary file was renamed
+  CHECK_FALSE(fs::exists(fmt::format("{}.tmp.{}", path, static_cast<long>(getpid()))));  // renamed
   fs::remove(path);
 }
 
