@@ -9,6 +9,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "autograd/grad_mode.hpp"
 #include "autograd/ops.hpp"
 #include "tensor/kernels.hpp"
 
@@ -388,6 +389,18 @@ Tensor gelu(const Tensor& x, const std::string& approximate) {
   if (approximate != "none" && approximate != "tanh")
     fail<ValueError>("gelu: approximate must be \"none\" or \"tanh\", got \"{}\"", approximate);
   const bool tanh_form = approximate == "tanh";
+  if (ConservativeMode::is_enabled()) {
+    // LRP: gelu(x) = x * r(x) with r = gelu(x) / x (Phi(x) for the exact form; 1/2 at x = 0)
+    // held constant, so the gradient x input of the output equals that of the input.
+    Tensor y = k::unary(tanh_form ? Unary::GeluTanh : Unary::GeluErf, x);
+    Tensor ratio;
+    {
+      NoGradGuard no_grad;
+      Tensor nonzero = ne(x, 0.0);                                  // bool, x's shape
+      ratio = where(nonzero, div(y, where(nonzero, x, 1.0)), 0.5);  // x's shape, no history
+    }
+    return mul(x, ratio);
+  }
   return record("gelu", k::unary(tanh_form ? Unary::GeluTanh : Unary::GeluErf, x), {x},
                 [x, tanh_form](const Tensor& g, const Tensor&, const Node&) {
                   return Grads{g * k::unary(tanh_form ? Unary::GeluTanhGrad : Unary::GeluErfGrad, x)};
@@ -448,6 +461,8 @@ Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
 }
 
 Tensor softmax(const Tensor& x, int64_t dim, const Tensor& mask) {
+  // LRP's AH-rule: the probabilities are constants (grad_mode.hpp, ConservativeMode).
+  if (ConservativeMode::is_enabled()) return k::softmax(x, dim, mask, false);
   return record(
       "softmax", k::softmax(x, dim, mask, false), {x},
       [dim](const Tensor& g, const Tensor& result, const Node&) {

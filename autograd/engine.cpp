@@ -11,6 +11,7 @@ namespace attnlab {
 namespace {
 
 thread_local bool grad_enabled = true;
+thread_local bool conservative_enabled = false;
 std::atomic<uint64_t> epoch{0};
 
 void accumulate(Tensor& into, Tensor g) {
@@ -47,6 +48,8 @@ Node::~Node() {
 
 bool GradMode::is_enabled() { return grad_enabled; }
 void GradMode::set_enabled(bool enabled) { grad_enabled = enabled; }
+bool ConservativeMode::is_enabled() { return conservative_enabled; }
+void ConservativeMode::set_enabled(bool enabled) { conservative_enabled = enabled; }
 
 Grads AccumulateGrad::apply(Tensor grad) {
   for (auto& [id, hook] : meta->hooks) {

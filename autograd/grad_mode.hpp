@@ -1,5 +1,10 @@
 // Whether ops record history. NoGradGuard turns recording off for its scope (like
 // torch.no_grad()); the engine runs every backward formula under one.
+// ConservativeMode is for layer-wise relevance propagation (Ali et al. 2022, "XAI for
+// Transformers: Better Explanations through Conservative Propagation"): while it is on, softmax
+// returns its probabilities without history (the AH-rule), nn::LayerNorm treats 1/std as a
+// constant (the LN-rule) and gelu(x) is recorded as x * (gelu(x) / x) with the ratio constant,
+// so that gradient x input is conservative through them (docs/analysis.md).
 #pragma once
 
 namespace attnlab {
@@ -7,6 +12,22 @@ namespace attnlab {
 struct GradMode {
   static bool is_enabled();
   static void set_enabled(bool enabled);
+};
+
+struct ConservativeMode {
+  static bool is_enabled();
+  static void set_enabled(bool enabled);
+};
+
+class ConservativeModeGuard {
+ public:
+  ConservativeModeGuard() : prev_(ConservativeMode::is_enabled()) { ConservativeMode::set_enabled(true); }
+  ~ConservativeModeGuard() { ConservativeMode::set_enabled(prev_); }
+  ConservativeModeGuard(const ConservativeModeGuard&) = delete;
+  ConservativeModeGuard& operator=(const ConservativeModeGuard&) = delete;
+
+ private:
+  bool prev_;
 };
 
 class NoGradGuard {

@@ -1,6 +1,7 @@
 // nn::LayerNorm (see layer_norm.hpp).
 #include "nn/layer_norm.hpp"
 
+#include "autograd/grad_mode.hpp"
 #include "autograd/ops.hpp"
 #include "nn/init.hpp"
 
@@ -26,7 +27,10 @@ Tensor LayerNorm::forward(const Tensor& x) {
     fail<ShapeError>("LayerNorm({}): expected input (..., {}), got {}", dim, dim, to_string(x.shape()));
   Tensor mu = mean(x, {-1}, true);                     // (..., 1)
   Tensor var_ = var(x, {-1}, /*correction=*/0, true);  // (..., 1)
-  Tensor y = (x - mu) * rsqrt(var_ + eps);             // (..., dim)
+  Tensor inv_std = rsqrt(var_ + eps);                  // (..., 1)
+  // LRP's LN-rule: 1/std is a constant, so the layer is linear in x (grad_mode.hpp).
+  if (ConservativeMode::is_enabled()) inv_std = inv_std.detach();
+  Tensor y = (x - mu) * inv_std;                       // (..., dim)
   if (weight.defined()) y = y * weight;                // (..., dim) * (dim)
   if (bias.defined()) y = y + bias;                    // (..., dim) + (dim)
   return y;

@@ -48,14 +48,20 @@ Tensor TransformerBlock::forward(const Tensor& x, const Tensor& mask, bool causa
                                  const Tensor& memory_mask) {
   if (memory.defined() && !cross_attn)
     fail<ValueError>("TransformerBlock: got a memory, but the block has no cross_attention");
+  const bool observed = static_cast<bool>(attention_observer);
+  auto self_attention = [&](const Tensor& in) {
+    AttentionResult r = attn->forward(in, {}, mask, causal, /*need_weights=*/observed);
+    if (observed) attention_observer(r);
+    return r.output;  // (B, N, D)
+  };
   Tensor h = x;  // (B, N, D)
   if (config.norm_first) {
-    h = h + (*dropout)(attn->forward((*norm1)(h), {}, mask, causal).output);
+    h = h + (*dropout)(self_attention((*norm1)(h)));
     if (cross_attn && memory.defined())
       h = h + (*dropout)(cross_attn->forward((*norm_cross)(h), memory, memory_mask).output);
     return h + (*dropout)((*ffn)((*norm2)(h)));
   }
-  h = (*norm1)(h + (*dropout)(attn->forward(h, {}, mask, causal).output));
+  h = (*norm1)(h + (*dropout)(self_attention(h)));
   if (cross_attn && memory.defined())
     h = (*norm_cross)(h + (*dropout)(cross_attn->forward(h, memory, memory_mask).output));
   return (*norm2)(h + (*dropout)((*ffn)(h)));

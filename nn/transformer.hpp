@@ -7,6 +7,7 @@
 //   - EncoderDecoder: sequence to sequence with cross-attention.
 // Parameter names follow the usual PyTorch layout (`blocks.0.attn.q_proj.weight`).
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -42,6 +43,13 @@ class TransformerBlock : public Module {
   // Incremental causal decoding of a block without cross-attention: x_new (B, T, D) are the
   // next T positions; `cache` comes from attn->make_cache (see Attention::forward_step).
   Tensor forward_step(const Tensor& x_new, AttentionCache& cache);
+
+  // Called after every forward() with the self-attention's result. While it is set the block
+  // asks its attention for need_weights = true, so result.attention holds the (B, h, N, N)
+  // probabilities where the variant has them (undefined or empty where it has none); unset, the
+  // forward is exactly the plain one (mha keeps its fused kernel). For analysis
+  // (experiments/analysis/): attention maps, and the head outputs' gradients through the graph.
+  std::function<void(const AttentionResult&)> attention_observer;
 
   BlockConfig config;
   std::shared_ptr<Attention> attn, cross_attn;

@@ -10,10 +10,12 @@
 // Gradients are those of sum(output * grad_output) alone, without the L0 term (spec section 3).
 // Everything goes through the generic Attention interface, so a new variant needs nothing here.
 #include <cmath>
+#include <sstream>
 
 #include <fmt/format.h>
 
 #include "autograd/grad_mode.hpp"
+#include "experiments/analysis/statistics.hpp"
 #include "experiments/cli/commands.hpp"
 #include "nn/attention/registry.hpp"
 #include "tensor/creation.hpp"
@@ -26,7 +28,8 @@ namespace {
 struct InspectConfig {
   std::string spec;
   int64_t d_model = 0;
-  std::optional<std::string> weights, input, out, save_weights;
+  std::optional<std::string> weights, input, out, save_weights, plot;
+  std::vector<std::string> tokens;  // --tokens: labels of the plots' axes
   bool init = false;
   DType dtype = kFloat32;
   bool train = false;
@@ -44,6 +47,14 @@ InspectConfig parse_args(const ArgList& a) {
   c.input = a.get("--input");
   c.out = a.get("--out");
   c.save_weights = a.get("--save-weights");
+  c.plot = a.get("--plot");
+  if (c.plot && !c.input) fail<UsageError>("--plot needs --input X and --out OUT");
+  if (auto t = a.get("--tokens")) {
+    if (!c.plot) fail<UsageError>("--tokens labels the --plot heatmaps; give --plot DIR too");
+    std::istringstream words(*t);
+    for (std::string w; words >> w;) c.tokens.push_back(w);
+    if (c.tokens.empty()) fail<UsageError>("--tokens is empty; give one word per position, e.g. --tokens \"a b c\"");
+  }
   if (c.input.has_value() != c.out.has_value())
     fail<UsageError>("--input and --out go together; got only {}", c.input ? "--input" : "--out");
   if (!c.input && !c.save_weights) fail<UsageError>("missing --input X and --out OUT");
@@ -179,11 +190,23 @@ int inspect(const InspectConfig& c, std::ostream& out) {
       if (p.requires_grad()) result["grad." + name] = grad_of(p);
     for (const auto& [name, b] : head_masks) result["grad." + name] = grad_of(b);
   }
+  std::vector<std::string> plots;
+  if (c.plot) {
+    if (!r.attention.defined() || r.attention.numel() == 0)
+      fail<ValueError>("--plot: {} returns no attention probabilities to plot", attn->spec());
+    const int64_t N = r.attention.size(2), M = r.attention.size(3);
+    if (!c.tokens.empty() && int64_t(c.tokens.size()) != N)
+      fail<ValueError>("--tokens: {} tokens for {} positions (x is (B, {}, D))", c.tokens.size(), N, N);
+    // Keys carry the same tokens in self-attention; a context's keys get indices.
+    const bool self = !in.context.defined() && M == N;
+    plots = analysis::save_attention_maps(*c.plot, r.attention, c.tokens, self ? c.tokens : std::vector<std::string>());
+  }
   save_safetensors(*c.out, result, meta);
 
   std::string names;
   for (const auto& [name, t] : result) names += fmt::format("{}{} {}", names.empty() ? "" : ", ", name, to_string(t.shape()));
   out << "wrote " << *c.out << ": " << names << "\n";
+  if (c.plot) out << "wrote " << plots.size() << " heatmaps to " << *c.plot << "\n";
   return 0;
 }
 
@@ -193,7 +216,7 @@ void inspect_usage(std::ostream& out) {
   out << "usage: attnlab inspect --spec SPEC --d-model D (--weights W.safetensors | --init)\n"
          "                       --input X.safetensors --out OUT.safetensors\n"
          "                       [--dtype float32|float64] [--mode eval|train] [--seed S]\n"
-         "                       [--save-weights W2.safetensors]\n"
+         "                       [--save-weights W2.safetensors] [--plot DIR [--tokens \"t0 t1 ...\"]]\n"
          "\n"
          "Runs the attention layer SPEC (width D) on X and writes OUT.\n"
          "  X    x (B,N,D); optional context (B,M,D), mask (U8 or BOOL, broadcastable to\n"
@@ -206,12 +229,15 @@ void inspect_usage(std::ostream& out) {
          "--init initialises the layer from --seed (default 0) instead of reading W;\n"
          "--save-weights writes the weights used (with --init and no --input, only that).\n"
          "--dtype (default float32) is the compute dtype; inputs and weights are converted to it.\n"
+         "--plot DIR writes one PNG heatmap per example and head of the attention,\n"
+         "  DIR/attention_b<b>_h<i>.png; --tokens labels its axes (one word per position).\n"
          "Exit status: 0 success, 1 failure (message on stderr), 2 usage error.\n";
 }
 
 int run_inspect(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   try {
-    ArgList a(args, {"--spec", "--d-model", "--weights", "--input", "--out", "--dtype", "--mode", "--seed", "--save-weights"},
+    ArgList a(args, {"--spec", "--d-model", "--weights", "--input", "--out", "--dtype", "--mode", "--seed", "--save-weights",
+               "--plot", "--tokens"},
               {"--init", "--help"});
     if (a.flag("--help")) {
       inspect_usage(out);

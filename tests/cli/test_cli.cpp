@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "experiments/cli/commands.hpp"
+#include "experiments/plot/png.hpp"
 #include "helpers.hpp"
 #include "nn/attention/registry.hpp"
 
@@ -456,4 +457,51 @@ TEST_CASE("inspect errors name the culprit, exit non-zero and write nothing") {
   fails(with_x("x_width.safetensors", {{"x", zeros({2, 3, 5}, kFloat64)}}), 1, {"(2,3,5)"});
   fails(with_x("x_int.safetensors", {{"x", zeros({2, 3, 8}, kInt64)}}), 1, {"\"x\"", "int64"});
   fails(with_x("x_ctx.safetensors", {{"x", x}, {"context", zeros({2, 4, 6}, kFloat64)}}), 1, {"context"});
+}
+
+// ---- inspect --plot (one PNG heatmap per example and head) ----
+
+TEST_CASE("inspect --plot writes one readable PNG per example and head, labelled by --tokens") {
+  TempDir dir;
+  const std::string spec = "mha(heads=2)";
+  auto a = build(spec, 8, 0);
+  save_safetensors(dir / "w.safetensors", a->state_dict());
+  Generator g(3);
+  save_safetensors(dir / "x.safetensors", {{"x", randn({2, 4, 8}, g, kFloat64)}});
+  Run r = inspect(inspect_args(spec, dir / "w.safetensors", dir / "x.safetensors", dir / "out.safetensors",
+                               {"--plot", dir / "maps", "--tokens", "the cat sat down"}));
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  CHECK(contains(r.out, "wrote 4 heatmaps"));
+  for (const char* name : {"attention_b0_h0.png", "attention_b0_h1.png", "attention_b1_h0.png", "attention_b1_h1.png"}) {
+    plot::Image img = plot::read_png((fs::path(dir / "maps") / name).string());
+    CHECK(img.width > 4 * 8);
+    CHECK(img.height > 4 * 8);
+  }
+  // Token labels are wider than index labels ("down" vs "3"), so the labelled plot is wider.
+  Run plain = inspect(inspect_args(spec, dir / "w.safetensors", dir / "x.safetensors", dir / "out2.safetensors",
+                                   {"--plot", dir / "plain"}));
+  REQUIRE(plain.status == 0);
+  CHECK(plot::read_png(dir / "maps/attention_b0_h0.png").width > plot::read_png(dir / "plain/attention_b0_h0.png").width);
+}
+
+TEST_CASE("inspect --plot errors: token count, --tokens alone, a variant without probabilities") {
+  TempDir dir;
+  auto a = build("mha(heads=2)", 8, 0);
+  save_safetensors(dir / "w.safetensors", a->state_dict());
+  Generator g(3);
+  save_safetensors(dir / "x.safetensors", {{"x", randn({1, 4, 8}, g, kFloat64)}});
+  Run r = inspect(inspect_args("mha(heads=2)", dir / "w.safetensors", dir / "x.safetensors", dir / "out.safetensors",
+                               {"--plot", dir / "maps", "--tokens", "a b c"}));
+  CHECK(r.status == 1);
+  CHECK(contains(r.err, "--tokens: 3 tokens for 4 positions"));
+  CHECK_FALSE(fs::exists(dir / "out.safetensors"));
+  r = inspect(inspect_args("mha(heads=2)", dir / "w.safetensors", dir / "x.safetensors", dir / "out.safetensors",
+                           {"--tokens", "a b c d"}));
+  CHECK(r.status == 2);
+  CHECK(contains(r.err, "--plot"));
+  r = inspect({"--spec", "fnet", "--d-model", "8", "--init", "--input", dir / "x.safetensors", "--out",
+               dir / "out.safetensors", "--plot", dir / "maps"});
+  CHECK(r.status == 1);
+  CHECK(contains(r.err, "no attention probabilities"));
 }
