@@ -1,5 +1,6 @@
-// Sweep files: parsing, expansion into runs, and the resolution of each run's config
-// (experiments/runner/sweep.hpp). The orchestration of the child processes is sweep_run.cpp.
+// Sweep files: parsing and expansion into runs (experiments/runner/sweep.hpp). Resolving each
+// run's config against the experiment registry, and running the child processes, is
+// sweep_run.cpp, so that `attnlab report` reads sweep files without the registry.
 #include "experiments/runner/sweep.hpp"
 
 #include <algorithm>
@@ -10,7 +11,6 @@
 #include <nlohmann/json.hpp>
 #include <toml++/toml.h>
 
-#include "experiments/runner/experiment.hpp"
 
 namespace attnlab::runner {
 namespace {
@@ -242,35 +242,6 @@ std::string point_label(const Point& point) {
     s += k + "=" + (std::holds_alternative<std::string>(v) ? std::get<std::string>(v) : to_toml_value(v));
   }
   return s;
-}
-
-Config resolve_run_config(const SweepSpec& spec, const Point& point) {
-  const Experiment& e = find_experiment(spec.experiment);
-  Config c(e.schema);
-  if (!spec.preset.empty()) {
-    auto it = e.presets.find(spec.preset);
-    if (it == e.presets.end()) {
-      std::vector<std::string> known;
-      for (const auto& [name, text] : e.presets) known.push_back(name);
-      fail<SweepError>("{}: experiment '{}' has no preset '{}' (presets: {})", spec.path, spec.experiment, spec.preset,
-                       known.empty() ? "none" : fmt::format("{}", fmt::join(known, ", ")));
-    }
-    c.merge_toml(it->second, "preset " + spec.preset);
-  }
-  auto line_of_axis = [&](const std::string& key) {
-    if (key == "seed") return spec.seeds_line;
-    for (const auto* axes : {&spec.zip, &spec.grid})
-      for (const auto& a : *axes)
-        if (a.key == key) return a.line;
-    return 0;
-  };
-  for (const auto& a : spec.set) c.set_value(a.key, a.value, fmt::format("{}:{}", spec.path, a.line));
-  for (const auto& [k, v] : point) c.set_value(k, v, fmt::format("{}:{}", spec.path, line_of_axis(k)));
-  return c;
-}
-
-void validate_sweep(const SweepSpec& spec, const std::vector<Point>& points) {
-  for (const Point& p : points) resolve_run_config(spec, p);
 }
 
 std::vector<std::string> run_arguments(const SweepSpec& spec, const Point& point, const std::filesystem::path& run_dir) {

@@ -1,4 +1,4 @@
-// Running a sweep: `attnlab run` child processes, at most `workers` at a time, each with
+// Running a sweep: every run's config resolved up front, then `attnlab run` child processes, at most `workers` at a time, each with
 // cores / workers threads so that the runs together never oversubscribe the machine.
 //
 // Fault tolerance comes from three facts: a run directory is complete exactly when its
@@ -25,6 +25,7 @@
 #include <sstream>
 #include <thread>
 
+#include "experiments/runner/experiment.hpp"
 #include "experiments/runner/store.hpp"
 #include "experiments/runner/sweep.hpp"
 #include "tensor/io.hpp"
@@ -142,6 +143,35 @@ void remove_temp_files(const fs::path& run_dir) {
 }
 
 }  // namespace
+
+Config resolve_run_config(const SweepSpec& spec, const Point& point) {
+  const Experiment& e = find_experiment(spec.experiment);
+  Config c(e.schema);
+  if (!spec.preset.empty()) {
+    auto it = e.presets.find(spec.preset);
+    if (it == e.presets.end()) {
+      std::vector<std::string> known;
+      for (const auto& [name, text] : e.presets) known.push_back(name);
+      fail<SweepError>("{}: experiment '{}' has no preset '{}' (presets: {})", spec.path, spec.experiment, spec.preset,
+                       known.empty() ? "none" : fmt::format("{}", fmt::join(known, ", ")));
+    }
+    c.merge_toml(it->second, "preset " + spec.preset);
+  }
+  auto line_of_axis = [&](const std::string& key) {
+    if (key == "seed") return spec.seeds_line;
+    for (const auto* axes : {&spec.zip, &spec.grid})
+      for (const auto& a : *axes)
+        if (a.key == key) return a.line;
+    return 0;
+  };
+  for (const auto& a : spec.set) c.set_value(a.key, a.value, fmt::format("{}:{}", spec.path, a.line));
+  for (const auto& [k, v] : point) c.set_value(k, v, fmt::format("{}:{}", spec.path, line_of_axis(k)));
+  return c;
+}
+
+void validate_sweep(const SweepSpec& spec, const std::vector<Point>& points) {
+  for (const Point& p : points) resolve_run_config(spec, p);
+}
 
 int run_sweep(const SweepOptions& options, std::ostream& out) {
   const SweepSpec spec = load_sweep(options.sweep_file);
