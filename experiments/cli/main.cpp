@@ -1,6 +1,7 @@
-// The attnlab command-line tool. Until the experiment runner lands, `attnlab demo` shows the
-// engine: a two-layer MLP fitted by gradient descent on generated data. `variants` and
-// `inspect` (experiments/cli/commands.hpp, docs/cli.md) expose the attention registry.
+// The attnlab command-line tool: CLI11 subcommands, one line each below. `run` and `list`
+// (experiments/cli/run.hpp) drive the experiment runner; `variants`, `inspect` and `generate`
+// (experiments/cli/commands.hpp, docs/cli.md) parse their own arguments; `demo` shows the
+// engine: a two-layer MLP fitted by gradient descent on generated data.
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -9,6 +10,7 @@
 
 #include "attnlab.hpp"
 #include "experiments/cli/commands.hpp"
+#include "experiments/cli/run.hpp"
 
 namespace {
 
@@ -55,39 +57,49 @@ int demo() {
   return last < first / 10 ? 0 : 1;
 }
 
-void usage() {
-  std::puts(
-      "usage: attnlab <command>\n"
-      "\n"
-      "commands:\n"
-      "  demo      fit a two-layer MLP by gradient descent and print the loss falling\n"
-      "  variants  list the attention variants and their options; --params SPEC --d-model D\n"
-      "            lists a layer's parameters and buffers\n"
-      "  inspect   run one attention layer on tensors from a safetensors file and write its\n"
-      "            output, attention and gradients (attnlab inspect --help)\n"
-      "  generate  sample text from a CausalLM checkpoint (attnlab generate --help)\n"
-      "  version   print the version\n");
+// A subcommand whose arguments go unparsed to an existing run_* function (which has its own
+// --help and error messages).
+void add_forwarding(CLI::App& app, const char* name, const char* help, int& status,
+                    int (*run)(const std::vector<std::string>&, std::ostream&, std::ostream&)) {
+  auto* cmd = app.add_subcommand(name, help);
+  cmd->prefix_command();  // everything after the name is passed through
+  cmd->set_help_flag();   // --help goes to the command itself
+  cmd->callback([cmd, run, &status] { status = run(cmd->remaining(), std::cout, std::cerr); });
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  CLI::App app{"attnlab: attention research on a from-scratch C++ autograd engine (docs/cli.md)", "attnlab"};
+  app.require_subcommand(1, 1);
+  int status = 0;
+  std::string command_line;
+  for (int i = 0; i < argc; ++i) command_line += (i ? " " : "") + std::string(argv[i]);
+
+  // One line per subcommand.
+  cli::add_run_command(app, status, command_line);
+  cli::add_list_command(app, status);
+  app.add_subcommand("demo", "fit a two-layer MLP by gradient descent and print the loss falling")
+      ->callback([&] { status = demo(); });
+  add_forwarding(app, "variants",
+                 "list the attention variants and their options; --params SPEC --d-model D lists a "
+                 "layer's parameters and buffers", status, cli::run_variants);
+  add_forwarding(app, "inspect",
+                 "run one attention layer on tensors from a safetensors file and write its output, "
+                 "attention and gradients (attnlab inspect --help)", status, cli::run_inspect);
+  add_forwarding(app, "generate", "sample text from a CausalLM checkpoint (attnlab generate --help)", status,
+                 cli::run_generate);
+  app.add_subcommand("version", "print the version")->callback([] { std::puts("attnlab 0.1.0"); });
+
   try {
-    if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
-      usage();
-      return argc < 2 ? 2 : 0;
-    }
-    std::string cmd = argv[1];
-    if (cmd == "demo") return demo();
-    const std::vector<std::string> rest(argv + 2, argv + argc);
-    if (cmd == "variants") return cli::run_variants(rest, std::cout, std::cerr);
-    if (cmd == "inspect") return cli::run_inspect(rest, std::cout, std::cerr);
-    if (cmd == "generate") return cli::run_generate(rest, std::cout, std::cerr);
-    if (cmd == "version") {
-      std::puts("attnlab 0.1.0");
-      return 0;
-    }
-    std::fprintf(stderr, "attnlab: unknown command '%s' (try --help)\n", cmd.c_str());
+    app.parse(argc, argv);
+    return status;
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);  // prints the message and a hint
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "attnlab: %s\n", e.what());

@@ -40,6 +40,8 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <memory>
+#include <ostream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -70,8 +72,46 @@ std::vector<const Experiment*> experiments();
 // ValueError listing the known names when `name` is not registered.
 const Experiment& find_experiment(const std::string& name);
 
+// What `attnlab run` resolves and runs (experiments/cli/run.cpp).
+struct RunRequest {
+  std::string experiment;
+  std::string preset;                 // "" = none
+  std::string config_file;            // "" = none
+  std::vector<std::string> sets;      // "key=value", in order
+  std::filesystem::path run_dir;
+  std::string command_line;           // recorded in meta.json
+};
+
+// Exit statuses of `attnlab run` (see above).
+enum ExitStatus : int { kExitComplete = 0, kExitFailed = 1, kExitUsage = 2, kExitStopped = 3 };
+
+// schema defaults < preset < config_file < sets. ValueError for an unknown preset (listing the
+// experiment's presets), ConfigError / FileError from the sources.
+Config resolve_config(const Experiment& e, const std::string& preset, const std::string& config_file,
+                      const std::vector<std::string>& sets);
+
+// Runs (or resumes, or skips) one experiment in request.run_dir as described above, catching
+// every error: messages go to `console` prefixed "attnlab run: ". `tty` selects the redrawn
+// progress line. Installs SIGINT/SIGTERM handlers for the duration of the run (a second signal
+// kills the process). Returns an ExitStatus.
+int run_experiment(const RunRequest& request, std::ostream& console, bool tty);
+
 class RunContext {
  public:
+  struct Options {
+    std::ostream* console = nullptr;  // log lines and progress also go here (nullptr: log.txt only)
+    bool tty = false;                 // redraw one progress line instead of periodic log lines
+    double progress_interval = 10;    // seconds between plain progress lines
+  };
+  // Built by run_experiment; tests may build one directly. Creates `dir`; when it holds
+  // checkpoint.safetensors, restores the generator, the training time and the peak RSS from it
+  // and drops metrics.jsonl lines with a step above the checkpoint's (all of them when there is
+  // no checkpoint).
+  RunContext(Config config, std::filesystem::path dir, Options options);
+  ~RunContext();
+  RunContext(const RunContext&) = delete;
+  RunContext& operator=(const RunContext&) = delete;
+
   const Config& config() const;
   const std::filesystem::path& dir() const;
   // Seeded from the config's `seed`; restored from the checkpoint on resume.
@@ -109,7 +149,37 @@ class RunContext {
   // dir()/artifacts/<name>, its folder created.
   std::filesystem::path artifact_path(const std::string& name) const;
 
-  // ... implementation-defined members (the runner builds the context) ...
+  // As if a signal had arrived (tests, or an experiment that wants to stop early and resume).
+  void request_stop();
+  // Seconds of training so far, resumed sessions included (the "time" of metrics lines).
+  double seconds() const;
+  // The largest step seen by metrics, progress or save_checkpoint (or restored), -1 if none.
+  int64_t last_step() const { return last_step_; }
+  const std::map<std::string, double>& summaries() const { return summary_; }
+  // Writes summary.json (status "complete"); run_experiment calls it after a normal return.
+  void write_summary(const std::string& experiment);
+
+ private:
+  void emit(const std::string& line);  // log.txt + console, keeping a TTY progress line intact
+  Config config_;
+  std::filesystem::path dir_;
+  Options options_;
+  Generator generator_;
+  std::unique_ptr<TaskData> data_;
+  std::map<std::string, double> summary_;
+  mutable std::optional<std::pair<int64_t, TensorMap>> checkpoint_;  // read at construction
+  bool stop_requested_ = false;
+  int64_t last_step_ = -1;
+  double time_offset_ = 0;      // training seconds of earlier sessions
+  double peak_rss_offset_ = 0;  // peak RSS (MB) of earlier sessions
+  double start_ = 0;            // monotonic seconds when this session began
+  double last_progress_ = -1e30;
+  int64_t progress_first_step_ = -1;
+  double progress_first_time_ = 0;
+  std::string progress_line_;   // what the TTY line shows
 };
+
+// Peak resident set size of this process in MB (VmHWM of /proc/self/status; 0 if unknown).
+double peak_rss_mb();
 
 }  // namespace attnlab::runner

@@ -1,0 +1,120 @@
+// Model builders of the catalog (models.hpp).
+#include "experiments/catalog/models.hpp"
+
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "autograd/grad_mode.hpp"
+#include "experiments/runner/experiment.hpp"
+#include "nn/loss.hpp"
+
+namespace attnlab::catalog {
+
+using runner::Config;
+using runner::ConfigError;
+using runner::TaskData;
+
+runner::Schema& add_model_keys(runner::Schema& s, const ModelDefaults& d) {
+  return s.add("model.attention", d.attention, "attention spec (docs/attention.md)")
+      .add("model.d_model", d.d_model, "model width")
+      .add("model.layers", d.layers, "transformer blocks")
+      .add("model.ffn_hidden", d.ffn_hidden, "feed-forward hidden size, 0 = 4 d_model")
+      .add("model.dropout", d.dropout, "dropout on the residual branches")
+      .add("model.pooling", d.pooling, "classifiers: cls | mean");
+}
+
+namespace {
+
+nn::BlockConfig block(const Config& c) {
+  nn::BlockConfig b;
+  b.d_model = c.get_int("model.d_model");
+  b.attention = c.get_string("model.attention");
+  b.ffn_hidden = c.get_int("model.ffn_hidden");
+  b.dropout = c.get_float("model.dropout");
+  if (b.d_model < 1 || c.get_int("model.layers") < 1 || b.ffn_hidden < 0 || b.dropout < 0 || b.dropout >= 1)
+    fail<ConfigError>("model: need d_model >= 1, layers >= 1, ffn_hidden >= 0, dropout in [0, 1); got {}, {}, {}, {}",
+                      b.d_model, c.get_int("model.layers"), b.ffn_hidden, b.dropout);
+  return b;
+}
+
+}  // namespace
+
+std::shared_ptr<nn::EncoderClassifier> build_classifier(const Config& c, const TaskData& t) {
+  if (t.language_model || t.per_position)
+    fail<ConfigError>("model: task '{}' has {} targets; an encoder classifier needs one label per example "
+                      "(listops, fashion_mnist, recall)",
+                      t.name, t.language_model ? "next-token" : "per-position");
+  nn::EncoderConfig e;
+  e.block = block(c);
+  e.layers = c.get_int("model.layers");
+  e.vocab_size = t.input_dim > 0 ? 0 : t.vocab_size;
+  e.input_dim = t.input_dim;
+  e.max_len = t.seq_len;
+  e.num_classes = t.num_classes;
+  e.pooling = c.get_string("model.pooling");
+  if (e.pooling != "cls" && e.pooling != "mean")
+    fail<ConfigError>("model.pooling must be cls or mean, got '{}' (from {})", e.pooling, c.origin("model.pooling"));
+  return std::make_shared<nn::EncoderClassifier>(e);
+}
+
+std::shared_ptr<nn::CausalLM> build_lm(const Config& c, const TaskData& t) {
+  if (!t.language_model) fail<ConfigError>("model: task '{}' is not a language-modelling task (fortunes)", t.name);
+  nn::LMConfig l;
+  l.block = block(c);
+  l.layers = c.get_int("model.layers");
+  l.vocab_size = t.vocab_size;
+  l.max_len = t.seq_len;
+  return std::make_shared<nn::CausalLM>(l);
+}
+
+std::shared_ptr<nn::Module> build_model(const Config& c, const TaskData& t) {
+  if (t.language_model) return build_lm(c, t);
+  return build_classifier(c, t);
+}
+
+Scores evaluate_classifier(nn::EncoderClassifier& model, const TaskData& task, const data::TensorDataset& split,
+                           int64_t batch) {
+  NoGradGuard no_grad;
+  const bool was_training = model.is_training();
+  model.eval();
+  const int64_t n = split.size();
+  int64_t correct = 0;
+  double loss_sum = 0;
+  for (int64_t i = 0; i < n; i += batch) {
+    const int64_t b = std::min(batch, n - i);
+    Tensor x = narrow(split.inputs, 0, i, b), y = narrow(split.targets, 0, i, b);
+    Tensor logits = model.forward(x, task.padding_mask(x));              // (b, C)
+    loss_sum += nn::cross_entropy(logits, y).item() * double(b);
+    correct += sum(eq(argmax(logits, -1), y)).item<int64_t>();          // (b) -> count
+  }
+  model.train(was_training);
+  return {n ? double(correct) / double(n) : 0, n ? loss_sum / double(n) : 0};
+}
+
+LoadedRun load_run(const std::filesystem::path& dir) {
+  std::ifstream in(dir / "meta.json");
+  if (!in) fail<FileError>("{}: cannot read (not a run directory?)", (dir / "meta.json").string());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto meta = nlohmann::json::parse(ss.str(), nullptr, false);
+  if (meta.is_discarded() || !meta.contains("experiment") || !meta["experiment"].is_string())
+    fail<FileError>("{}: no \"experiment\" string", (dir / "meta.json").string());
+  const auto& e = runner::find_experiment(meta["experiment"].get<std::string>());
+  Config config(e.schema);
+  config.merge_file((dir / "config.toml").string());
+  TaskData task = runner::make_task(config);
+  manual_seed(uint64_t(config.get_int("seed")));
+  auto model = build_model(config, task);
+  Metadata md;
+  TensorMap state = load_safetensors((dir / "checkpoint.safetensors").string(), &md);
+  TensorMap weights;
+  for (auto& [k, v] : state)
+    if (k.rfind("model.", 0) == 0) weights[k.substr(6)] = v;
+  model->load_state_dict(weights);
+  model->eval();
+  return {std::move(config), std::move(task), model, md.count("step") ? std::stoll(md["step"]) : 0};
+}
+
+}  // namespace attnlab::catalog

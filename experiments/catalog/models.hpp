@@ -1,0 +1,55 @@
+// The models of the catalog's experiments, built from a config, so that later code (e.g. head
+// analysis of a finished run) rebuilds the model of a run from its config.toml and loads its
+// checkpoint.safetensors (docs/experiments.md).
+//
+//   model.attention   attention spec string (docs/attention.md), e.g. "talking_heads(heads=8)"
+//   model.d_model, model.layers, model.ffn_hidden (0 = 4 d_model), model.dropout,
+//   model.pooling     cls | mean (classifiers)
+#pragma once
+#include <filesystem>
+#include <memory>
+
+#include "experiments/runner/config.hpp"
+#include "experiments/runner/task.hpp"
+#include "nn/transformer.hpp"
+
+namespace attnlab::catalog {
+
+struct ModelDefaults {
+  std::string attention = "mha(heads=4)";
+  int64_t d_model = 64;
+  int64_t layers = 2;
+  int64_t ffn_hidden = 128;
+  double dropout = 0.0;
+  std::string pooling = "mean";
+};
+runner::Schema& add_model_keys(runner::Schema& schema, const ModelDefaults& defaults = {});
+
+// An encoder classifier for a classification task (token or feature inputs, one label per
+// example). ConfigError for a language-modelling or per-position task.
+std::shared_ptr<nn::EncoderClassifier> build_classifier(const runner::Config& config, const runner::TaskData& task);
+// A causal LM for a language-modelling task (context = task.seq_len).
+std::shared_ptr<nn::CausalLM> build_lm(const runner::Config& config, const runner::TaskData& task);
+// Whichever of the two fits the task.
+std::shared_ptr<nn::Module> build_model(const runner::Config& config, const runner::TaskData& task);
+
+// Accuracy and mean cross-entropy of a classifier over a whole split (eval mode, no grad).
+struct Scores {
+  double accuracy = 0;
+  double loss = 0;
+};
+Scores evaluate_classifier(nn::EncoderClassifier& model, const runner::TaskData& task,
+                           const data::TensorDataset& split, int64_t batch = 256);
+
+// A run directory's model: the experiment named in meta.json, config.toml resolved against its
+// schema, the task built from it, and the "model." tensors of checkpoint.safetensors loaded.
+// FileError when a file is missing; ConfigError when config.toml does not fit the schema.
+struct LoadedRun {
+  runner::Config config;
+  runner::TaskData task;
+  std::shared_ptr<nn::Module> model;
+  int64_t step;  // of the checkpoint
+};
+LoadedRun load_run(const std::filesystem::path& run_dir);
+
+}  // namespace attnlab::catalog

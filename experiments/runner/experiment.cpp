@@ -1,0 +1,472 @@
+// The experiment registry, RunContext (logs, metrics, checkpoints, progress, stop signal) and
+// run_experiment, which owns the run directory's life cycle (experiment.hpp): fresh run, resume
+// from checkpoint.safetensors, no-op on a complete run, refusal on a changed config.
+#include "experiments/runner/experiment.hpp"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "experiments/runner/task.hpp"
+#include "tensor/parallel.hpp"
+
+namespace fs = std::filesystem;
+using json = nlohmann::ordered_json;
+
+namespace attnlab::runner {
+namespace {
+
+// ---- the registry ----
+
+std::map<std::string, Experiment>& registry() {
+  static std::map<std::string, Experiment> r;  // built on first use: safe during static init
+  return r;
+}
+
+// ---- signals ----
+
+std::atomic<bool> g_signal{false};
+
+void on_signal(int) { g_signal.store(true); }
+
+// ---- small helpers ----
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+std::string utc_now_iso() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::string read_text(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in) fail<FileError>("{}: cannot read", p.string());
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// stdout of a shell command, trailing newline removed; nullopt when it fails.
+std::optional<std::string> command_output(const std::string& cmd) {
+  FILE* f = popen(cmd.c_str(), "r");
+  if (!f) return std::nullopt;
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+  if (pclose(f) != 0) return std::nullopt;
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+  return out;
+}
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0) {
+      auto colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(line.find_first_not_of(" \t", colon + 1));
+    }
+  return "unknown";
+}
+
+std::string host_name() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof buf - 1) != 0) return "unknown";
+  return buf;
+}
+
+json git_state() {
+  json j;
+#ifdef ATTNLAB_SOURCE_DIR
+  const std::string dir = ATTNLAB_SOURCE_DIR;
+#else
+  const std::string dir = ".";
+#endif
+  // Not a git checkout (an installed or exported tree): "unknown" commit, null dirty flag.
+  auto head = command_output("git -C '" + dir + "' rev-parse HEAD 2>/dev/null");
+  auto status = head ? command_output("git -C '" + dir + "' status --porcelain 2>/dev/null") : std::nullopt;
+  j["git_commit"] = head ? *head : "unknown";
+  j["git_dirty"] = status ? json(!status->empty()) : json(nullptr);
+  return j;
+}
+
+std::string format_duration(double s) {
+  if (!(s >= 0) || s > 1e8) return "?";
+  int64_t t = int64_t(s + 0.5);
+  if (t >= 3600) return fmt::format("{}h{:02}m", t / 3600, (t / 60) % 60);
+  if (t >= 60) return fmt::format("{}m{:02}s", t / 60, t % 60);
+  return fmt::format("{}s", t);
+}
+
+}  // namespace
+
+double peak_rss_mb() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;  // kB
+  return 0;
+}
+
+// ---- registry ----
+
+bool register_experiment(Experiment e) {
+  if (e.name.empty() || !e.run) fail<ValueError>("register_experiment: an experiment needs a name and a run function");
+  if (registry().count(e.name)) fail<ValueError>("register_experiment: experiment '{}' is registered twice", e.name);
+  if (const Field* f = e.schema.find("seed")) {
+    if (f->type != FieldType::Int)
+      fail<ValueError>("register_experiment: '{}' declares seed as {}, expected int", e.name, type_name(f->type));
+  } else {
+    // `seed` goes first, so config.toml opens with it.
+    Schema s;
+    s.add("seed", int64_t(0), "random seed: model initialisation, dropout, batch order");
+    for (const Field& f : e.schema.fields())
+      std::visit([&](const auto& v) { s.add(f.key, v, f.help); }, f.value);
+    e.schema = std::move(s);
+  }
+  std::string name = e.name;
+  registry().emplace(name, std::move(e));
+  return true;
+}
+
+std::vector<const Experiment*> experiments() {
+  std::vector<const Experiment*> out;
+  for (const auto& [name, e] : registry()) out.push_back(&e);
+  return out;
+}
+
+const Experiment& find_experiment(const std::string& name) {
+  auto it = registry().find(name);
+  if (it != registry().end()) return it->second;
+  std::string known;
+  for (const auto& [n, e] : registry()) known += (known.empty() ? "" : ", ") + n;
+  fail<ValueError>("unknown experiment '{}' (known: {})", name, known.empty() ? "none" : known);
+}
+
+Config resolve_config(const Experiment& e, const std::string& preset, const std::string& config_file,
+                      const std::vector<std::string>& sets) {
+  Config c(e.schema);
+  if (!preset.empty()) {
+    auto it = e.presets.find(preset);
+    if (it == e.presets.end()) {
+      std::string known;
+      for (const auto& [n, text] : e.presets) known += (known.empty() ? "" : ", ") + n;
+      fail<ConfigError>("experiment '{}' has no preset '{}' (presets: {})", e.name, preset,
+                        known.empty() ? "none" : known);
+    }
+    c.merge_toml(it->second, "preset " + preset);
+  }
+  if (!config_file.empty()) c.merge_file(config_file);
+  for (const auto& s : sets) c.set(s);
+  return c;
+}
+
+// ---- RunContext ----
+
+RunContext::RunContext(Config config, fs::path dir, Options options)
+    : config_(std::move(config)), dir_(std::move(dir)), options_(options), generator_(0) {
+  fs::create_directories(dir_);
+  generator_ = Generator(uint64_t(config_.get_int("seed")));
+  int64_t keep_up_to = -1;  // metrics lines to keep: steps <= this
+  const fs::path ckpt = dir_ / "checkpoint.safetensors";
+  if (fs::exists(ckpt)) {
+    Metadata meta;
+    TensorMap tensors = load_safetensors(ckpt.string(), &meta);
+    auto field = [&](const char* k) -> const std::string& {
+      auto it = meta.find(k);
+      if (it == meta.end()) fail<FileError>("{}: checkpoint metadata has no '{}'", ckpt.string(), k);
+      return it->second;
+    };
+    const int64_t step = std::stoll(field("step"));
+    time_offset_ = std::stod(field("time"));
+    peak_rss_offset_ = std::stod(field("peak_rss_mb"));
+    generator_.set_state(std::stoull(field("generator_seed")), std::stoull(field("generator_offset")));
+    checkpoint_.emplace(step, std::move(tensors));
+    last_step_ = keep_up_to = step;
+  }
+  // Lines past the checkpoint (or every line, for a run that never saved one) belong to a
+  // session that will be replayed: drop them so no step is recorded twice.
+  const fs::path metrics_path = dir_ / "metrics.jsonl";
+  if (fs::exists(metrics_path)) {
+    std::istringstream in(read_text(metrics_path));
+    std::string line, kept;
+    while (std::getline(in, line)) {
+      json j = json::parse(line, nullptr, false);
+      if (j.is_discarded() || !j.contains("step") || !j["step"].is_number_integer()) continue;  // torn last line
+      if (j["step"].get<int64_t>() <= keep_up_to) kept += line + "\n";
+    }
+    write_text_atomic(metrics_path.string(), kept);
+  }
+  start_ = now_seconds();
+}
+
+RunContext::~RunContext() = default;
+
+const Config& RunContext::config() const { return config_; }
+const fs::path& RunContext::dir() const { return dir_; }
+Generator& RunContext::generator() { return generator_; }
+
+double RunContext::seconds() const { return time_offset_ + (now_seconds() - start_); }
+
+void RunContext::emit(const std::string& line) {
+  {
+    std::ofstream log(dir_ / "log.txt", std::ios::app);
+    log << line << '\n';
+  }
+  if (!options_.console) return;
+  std::ostream& out = *options_.console;
+  if (options_.tty && !progress_line_.empty()) {
+    out << "\r\033[K" << line << '\n' << progress_line_ << std::flush;
+  } else {
+    out << line << '\n' << std::flush;
+  }
+}
+
+void RunContext::log(const std::string& line) { emit(line); }
+
+void RunContext::metrics(int64_t step, const std::map<std::string, double>& values) {
+  json j;
+  j["step"] = step;
+  j["time"] = std::round(seconds() * 1000) / 1000;
+  for (const auto& [k, v] : values) {
+    if (k == "step" || k == "time") fail<ValueError>("RunContext::metrics: '{}' is a reserved metric name", k);
+    j[k] = v;  // NaN and infinities are written as null
+  }
+  std::ofstream out(dir_ / "metrics.jsonl", std::ios::app);
+  out << j.dump() << '\n';
+  out.flush();
+  if (!out) fail<FileError>("{}: cannot append", (dir_ / "metrics.jsonl").string());
+  last_step_ = std::max(last_step_, step);
+}
+
+void RunContext::summary(const std::string& name, double value) { summary_[name] = value; }
+
+void RunContext::progress(int64_t step, int64_t total, double loss) {
+  last_step_ = std::max(last_step_, step);
+  const double now = now_seconds();
+  if (progress_first_step_ < 0) {
+    progress_first_step_ = step;
+    progress_first_time_ = now;
+  }
+  const double elapsed = now - progress_first_time_;
+  const double rate = elapsed > 0 ? double(step - progress_first_step_) / elapsed : 0;
+  const std::string eta = rate > 0 ? format_duration(double(total - step) / rate) : "?";
+  std::string text = fmt::format("step {}/{}  loss {:.4f}  {:.2f} steps/s  ETA {}", step, total, loss, rate, eta);
+  if (options_.tty && options_.console) {
+    progress_line_ = text;
+    *options_.console << "\r\033[K" << text << (step >= total ? "\n" : "") << std::flush;
+    if (step >= total) progress_line_.clear();
+    return;
+  }
+  if (step >= total || now - last_progress_ >= options_.progress_interval) {
+    last_progress_ = now;
+    emit(text);
+  }
+}
+
+void RunContext::save_checkpoint(int64_t step, const TensorMap& state) {
+  for (const auto& [name, t] : state)
+    if (!t.defined()) fail<ValueError>("RunContext::save_checkpoint: tensor '{}' is undefined", name);
+  Metadata meta{{"step", std::to_string(step)},
+                {"time", fmt::format("{}", seconds())},
+                {"peak_rss_mb", fmt::format("{}", std::max(peak_rss_offset_, peak_rss_mb()))},
+                {"generator_seed", std::to_string(generator_.seed())},
+                {"generator_offset", std::to_string(generator_.offset())}};
+  save_safetensors((dir_ / "checkpoint.safetensors").string(), state, meta);  // temp file + rename
+  last_step_ = std::max(last_step_, step);
+}
+
+std::optional<std::pair<int64_t, TensorMap>> RunContext::load_checkpoint() const {
+  if (checkpoint_) return checkpoint_;
+  const fs::path ckpt = dir_ / "checkpoint.safetensors";
+  if (!fs::exists(ckpt)) return std::nullopt;
+  Metadata meta;
+  TensorMap tensors = load_safetensors(ckpt.string(), &meta);
+  auto it = meta.find("step");
+  if (it == meta.end()) fail<FileError>("{}: checkpoint metadata has no 'step'", ckpt.string());
+  return std::make_pair(std::stoll(it->second), std::move(tensors));
+}
+
+bool RunContext::should_stop() const { return stop_requested_ || g_signal.load(); }
+void RunContext::request_stop() { stop_requested_ = true; }
+
+const TaskData& RunContext::data() {
+  if (!data_) {
+    if (!config_.schema().find("task.name"))
+      fail<ConfigError>("RunContext::data: the experiment's schema has no task.name (add_task_keys in task.hpp)");
+    data_ = std::make_unique<TaskData>(make_task(config_));
+  }
+  return *data_;
+}
+
+fs::path RunContext::artifact_path(const std::string& name) const {
+  fs::path p = dir_ / "artifacts" / name;
+  fs::create_directories(p.parent_path());
+  return p;
+}
+
+void RunContext::write_summary(const std::string& experiment) {
+  json j;
+  j["experiment"] = experiment;
+  j["status"] = "complete";
+  j["steps"] = std::max<int64_t>(last_step_, 0);
+  j["seconds"] = std::round(seconds() * 1000) / 1000;
+  j["peak_rss_mb"] = std::round(std::max(peak_rss_offset_, peak_rss_mb()) * 10) / 10;
+  json m = json::object();
+  for (const auto& [k, v] : summary_) m[k] = v;
+  j["metrics"] = m;
+  write_text_atomic((dir_ / "summary.json").string(), j.dump(2) + "\n");
+}
+
+// ---- run_experiment ----
+
+namespace {
+
+// meta.json: written on the first session; later sessions keep it and append their start time.
+void write_meta(const fs::path& dir, const RunRequest& r) {
+  const fs::path path = dir / "meta.json";
+  json j;
+  if (fs::exists(path)) {
+    j = json::parse(read_text(path), nullptr, false);
+    if (j.is_discarded() || !j.is_object()) fail<FileError>("{}: not a JSON object", path.string());
+    j["resumed_at"].push_back(utc_now_iso());
+  } else {
+    j["experiment"] = r.experiment;
+    j["preset"] = r.preset;
+    j["command"] = r.command_line;
+    json g = git_state();
+    j["git_commit"] = g["git_commit"];
+    j["git_dirty"] = g["git_dirty"];
+    j["hostname"] = host_name();
+    j["cpu_model"] = cpu_model();
+    j["threads"] = num_threads();
+#ifdef ATTNLAB_VERSION
+    j["attnlab_version"] = ATTNLAB_VERSION;
+#else
+    j["attnlab_version"] = "unknown";
+#endif
+    j["start_time"] = utc_now_iso();
+    j["resumed_at"] = json::array();
+  }
+  write_text_atomic(path.string(), j.dump(2) + "\n");
+}
+
+// The first key whose value differs, as "key (run directory: a, now: b)"; "" when equal.
+std::string first_difference(const Config& old, const Config& now) {
+  for (const Field& f : now.schema().fields())
+    if (old.get(f.key) != now.get(f.key))
+      return fmt::format("'{}' (run directory: {}, now: {})", f.key, to_toml_value(old.get(f.key)),
+                         to_toml_value(now.get(f.key)));
+  return "";
+}
+
+struct SignalGuard {
+  struct sigaction old_int{}, old_term{};
+  SignalGuard() {
+    g_signal.store(false);
+    struct sigaction sa{};
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESETHAND;  // a second signal takes the default action: stops at once
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+  }
+  ~SignalGuard() {
+    sigaction(SIGINT, &old_int, nullptr);
+    sigaction(SIGTERM, &old_term, nullptr);
+    g_signal.store(false);
+  }
+};
+
+}  // namespace
+
+int run_experiment(const RunRequest& r, std::ostream& console, bool tty) {
+  const Experiment* e = nullptr;
+  std::optional<Config> config;
+  try {
+    e = &find_experiment(r.experiment);
+    config.emplace(resolve_config(*e, r.preset, r.config_file, r.sets));
+  } catch (const Error& ex) {
+    console << "attnlab run: " << ex.what() << "\n";
+    return kExitUsage;
+  }
+  const fs::path& dir = r.run_dir;
+  try {
+    if (fs::exists(dir / "summary.json")) {
+      console << "attnlab run: " << dir.string() << " holds a complete run (summary.json); nothing to do\n";
+      return kExitComplete;
+    }
+    if (fs::exists(dir / "config.toml")) {
+      Config old(e->schema);
+      try {
+        old.merge_file((dir / "config.toml").string());
+      } catch (const ConfigError& ex) {
+        console << "attnlab run: " << dir.string() << " holds a run of another config: " << ex.what() << "\n";
+        return kExitUsage;
+      }
+      std::string diff = first_difference(old, *config);
+      if (!diff.empty()) {
+        console << "attnlab run: " << dir.string() << " holds an unfinished run with another config: " << diff
+                << "; use another --run-dir, or the same config to resume\n";
+        return kExitUsage;
+      }
+    } else if (fs::exists(dir) && !fs::is_empty(dir)) {
+      console << "attnlab run: " << dir.string() << " exists and is not a run directory (no config.toml)\n";
+      return kExitUsage;
+    }
+    fs::create_directories(dir);
+    write_text_atomic((dir / "config.toml").string(), config->to_toml());
+    write_meta(dir, r);
+  } catch (const Error& ex) {
+    console << "attnlab run: " << ex.what() << "\n";
+    return kExitFailed;
+  } catch (const fs::filesystem_error& ex) {
+    console << "attnlab run: " << ex.what() << "\n";
+    return kExitFailed;
+  }
+
+  SignalGuard signals;
+  std::unique_ptr<RunContext> ctx;
+  try {
+    ctx = std::make_unique<RunContext>(*config, dir, RunContext::Options{&console, tty});
+    manual_seed(uint64_t(config->get_int("seed")));  // modules initialise from the default generator
+    if (auto ck = ctx->last_step(); ck >= 0)
+      ctx->logf("{}: resuming {} from step {}", dir.string(), e->name, ck);
+    else
+      ctx->logf("{}: running {}{} ({} threads)", dir.string(), e->name,
+                r.preset.empty() ? "" : " --preset " + r.preset, num_threads());
+    e->run(*config, *ctx);
+    if (ctx->should_stop()) {
+      ctx->logf("stopped at step {}: checkpoint saved; run the same command again to continue", ctx->last_step());
+      return kExitStopped;
+    }
+    ctx->write_summary(e->name);
+    std::string line = "done:";
+    for (const auto& [k, v] : ctx->summaries()) line += fmt::format(" {}={:.6g}", k, v);
+    ctx->log(line);
+    return kExitComplete;
+  } catch (const std::exception& ex) {
+    std::string msg = fmt::format("{} failed: {}", e->name, ex.what());
+    if (ctx)
+      ctx->log("attnlab run: " + msg);
+    else
+      console << "attnlab run: " << msg << "\n";
+    return kExitFailed;
+  }
+}
+
+}  // namespace attnlab::runner

@@ -1,0 +1,243 @@
+// The runner end to end (experiments/runner/experiment.hpp, trainer.hpp): the run directory's
+// files, a run stopped by SIGTERM and resumed ending bitwise equal to a straight run with no
+// metrics step recorded twice, a complete run re-run as a no-op, a changed config refused, and
+// usage errors (bad --set, unknown preset) as exit status 2.
+#include <unistd.h>
+
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "experiments/catalog/models.hpp"
+#include "experiments/runner/experiment.hpp"
+#include "experiments/runner/trainer.hpp"
+#include "helpers.hpp"
+#include "nn/loss.hpp"
+
+using namespace attnlab;
+using namespace attnlab::runner;
+namespace fs = std::filesystem;
+
+namespace {
+
+int g_stop_at = -1;  // the step at which the test experiment sends itself SIGTERM
+
+// A tiny classifier with dropout (so the default generator matters) on recall.
+const bool registered = register_experiment({
+    .name = "test_resume",
+    .description = "tests/runner: tiny recall classifier with dropout",
+    .schema = [] {
+      Schema s;
+      add_task_keys(s, "recall");
+      catalog::add_model_keys(s, {.attention = "mha(heads=2)", .d_model = 16, .layers = 1, .ffn_hidden = 32,
+                                  .dropout = 0.1});
+      add_train_keys(s, {.steps = 30, .batch_size = 16, .lr = 3e-3, .warmup = 5, .eval_every = 5, .log_every = 3,
+                         .checkpoint_every = 4});
+      return s;
+    }(),
+    .presets = {{"quick", "task.train_size = 200\ntask.val_size = 50\ntask.test_size = 50\n"}},
+    .run =
+        [](const Config& config, RunContext& ctx) {
+          const TaskData& task = ctx.data();
+          auto model = catalog::build_classifier(config, task);
+          data::DataLoader loader(task.train, config.get_int("train.batch_size"), true,
+                                  uint64_t(config.get_int("seed")), true);
+          Trainer trainer(ctx, *model);
+          trainer.add_loader("train", loader);
+          trainer.loss = [&](int64_t step) {
+            if (step == g_stop_at) std::raise(SIGTERM);
+            data::Batch b = loader.next();
+            return nn::cross_entropy(model->forward(b.inputs), b.targets);
+          };
+          trainer.evaluate = [&](int64_t) {
+            return std::map<std::string, double>{
+                {"val_acc", catalog::evaluate_classifier(*model, task, task.val).accuracy}};
+          };
+          if (!trainer.fit()) return;
+          ctx.summary("val_acc", catalog::evaluate_classifier(*model, task, task.val).accuracy);
+        },
+});
+
+fs::path fresh_dir(const std::string& name) {
+  fs::path d = fs::temp_directory_path() / fmt::format("attnlab_test_run_{}_{}", name, long(getpid()));
+  fs::remove_all(d);
+  return d;
+}
+
+std::string read(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+struct Result {
+  int status;
+  std::string console;
+};
+
+Result run(const fs::path& dir, std::vector<std::string> sets = {}, const std::string& preset = "quick",
+           const std::string& experiment = "test_resume") {
+  std::ostringstream console;
+  RunRequest r{experiment, preset, "", std::move(sets), dir, "test"};
+  int status = run_experiment(r, console, false);
+  return {status, console.str()};
+}
+
+// metrics.jsonl without the "time" field (wall-clock, differs between runs).
+std::vector<nlohmann::json> metrics_without_time(const fs::path& dir) {
+  std::vector<nlohmann::json> out;
+  std::istringstream in(read(dir / "metrics.jsonl"));
+  std::string line;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line);
+    CHECK(j.contains("time"));
+    j.erase("time");
+    out.push_back(j);
+  }
+  return out;
+}
+
+bool bitwise_equal(const Tensor& a, const Tensor& b) {
+  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
+  Tensor x = contiguous(a), y = contiguous(b);
+  return std::memcmp(x.raw_data(), y.raw_data(), size_t(x.numel()) * itemsize(x.dtype())) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("run: the run directory holds config, meta, log, metrics, checkpoint and summary") {
+  fs::path dir = fresh_dir("files");
+  Result r = run(dir, {"train.steps=12"});
+  REQUIRE(r.status == kExitComplete);
+  for (const char* f : {"config.toml", "meta.json", "log.txt", "metrics.jsonl", "checkpoint.safetensors", "summary.json"})
+    CHECK_MESSAGE(fs::exists(dir / f), f);
+  Config c(find_experiment("test_resume").schema);
+  c.merge_file((dir / "config.toml").string());
+  CHECK(c.get_int("train.steps") == 12);
+  CHECK(c.get_int("task.train_size") == 200);
+  auto meta = nlohmann::json::parse(read(dir / "meta.json"));
+  CHECK(meta["experiment"] == "test_resume");
+  CHECK(meta["preset"] == "quick");
+  CHECK(meta["threads"].get<int>() == num_threads());
+  CHECK(meta["git_commit"].is_string());
+  CHECK(meta["git_commit"].get<std::string>().size() >= 7);
+  CHECK(meta["hostname"].is_string());
+  CHECK(meta["cpu_model"].is_string());
+  CHECK(meta["start_time"].get<std::string>().back() == 'Z');
+  auto summary = nlohmann::json::parse(read(dir / "summary.json"));
+  CHECK(summary["status"] == "complete");
+  CHECK(summary["steps"] == 12);
+  CHECK(summary["peak_rss_mb"].get<double>() > 1);
+  CHECK(summary["metrics"].contains("val_acc"));
+  auto lines = metrics_without_time(dir);
+  // train_loss every 3 steps, val_acc every 5 and at the end: one line per step.
+  REQUIRE(lines.size() == 6);
+  std::vector<int> steps;
+  for (auto& j : lines) steps.push_back(j["step"].get<int>());
+  CHECK(steps == std::vector<int>{3, 5, 6, 9, 10, 12});
+  CHECK(lines[0].contains("train_loss"));
+  CHECK(lines[1].contains("val_acc"));
+  CHECK(lines[5].contains("train_loss"));
+  CHECK(lines[5].contains("val_acc"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("run: stopped by SIGTERM and resumed, a run ends bitwise equal to a straight run") {
+  fs::path straight = fresh_dir("straight"), resumed = fresh_dir("resumed");
+  REQUIRE(run(straight).status == kExitComplete);
+
+  g_stop_at = 9;  // SIGTERM during step 10; the trainer saves a checkpoint at step 10 and returns
+  Result first = run(resumed);
+  g_stop_at = -1;
+  CHECK(first.status == kExitStopped);
+  CHECK(first.console.find("stopped at step 10") != std::string::npos);
+  CHECK_FALSE(fs::exists(resumed / "summary.json"));
+  // A stale line past the checkpoint, as a crash between two checkpoints leaves: dropped on resume.
+  std::ofstream(resumed / "metrics.jsonl", std::ios::app) << "{\"step\":11,\"time\":1.0,\"train_loss\":9}\n";
+
+  Result second = run(resumed);
+  CHECK(second.status == kExitComplete);
+  CHECK(second.console.find("resuming test_resume from step 10") != std::string::npos);
+
+  CHECK(metrics_without_time(resumed) == metrics_without_time(straight));
+  TensorMap a = load_safetensors((straight / "checkpoint.safetensors").string());
+  TensorMap b = load_safetensors((resumed / "checkpoint.safetensors").string());
+  REQUIRE(a.size() == b.size());
+  for (auto& [name, t] : a) {
+    REQUIRE(b.count(name));
+    CHECK_MESSAGE(bitwise_equal(t, b.at(name)), name);
+  }
+  auto sa = nlohmann::json::parse(read(straight / "summary.json")), sb = nlohmann::json::parse(read(resumed / "summary.json"));
+  CHECK(sa["metrics"] == sb["metrics"]);
+  CHECK(sa["steps"] == sb["steps"]);
+  auto meta = nlohmann::json::parse(read(resumed / "meta.json"));
+  CHECK(meta["resumed_at"].size() == 1);
+  fs::remove_all(straight);
+  fs::remove_all(resumed);
+}
+
+TEST_CASE("run: a complete run is not run again; a changed config is refused") {
+  fs::path dir = fresh_dir("again");
+  REQUIRE(run(dir, {"train.steps=4"}).status == kExitComplete);
+  const std::string summary = read(dir / "summary.json"), metrics = read(dir / "metrics.jsonl");
+  Result again = run(dir, {"train.steps=4"});
+  CHECK(again.status == kExitComplete);
+  CHECK(again.console.find("complete run") != std::string::npos);
+  CHECK(read(dir / "summary.json") == summary);
+  CHECK(read(dir / "metrics.jsonl") == metrics);
+
+  fs::remove(dir / "summary.json");  // now an unfinished run at step 4
+  Result changed = run(dir, {"train.steps=5"});
+  CHECK(changed.status == kExitUsage);
+  CHECK(changed.console.find("'train.steps' (run directory: 4, now: 5)") != std::string::npos);
+  CHECK_FALSE(fs::exists(dir / "summary.json"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("run: usage errors exit 2 and name the culprit") {
+  fs::path dir = fresh_dir("usage");
+  Result bad_set = run(dir, {"train.step=3"});
+  CHECK(bad_set.status == kExitUsage);
+  CHECK(bad_set.console.find("--set: unknown key 'train.step' (did you mean 'train.steps'?)") != std::string::npos);
+  Result bad_value = run(dir, {"train.steps=many"});
+  CHECK(bad_value.status == kExitUsage);
+  CHECK(bad_value.console.find("'train.steps' expects int") != std::string::npos);
+  Result bad_preset = run(dir, {}, "huge");
+  CHECK(bad_preset.status == kExitUsage);
+  CHECK(bad_preset.console.find("no preset 'huge' (presets: quick)") != std::string::npos);
+  Result bad_exp = run(dir, {}, "", "nope");
+  CHECK(bad_exp.status == kExitUsage);
+  CHECK(bad_exp.console.find("unknown experiment 'nope'") != std::string::npos);
+  CHECK_FALSE(fs::exists(dir));  // nothing written
+  fs::create_directories(dir);
+  std::ofstream(dir / "notes.txt") << "not a run";
+  CHECK(run(dir).status == kExitUsage);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("run: a failing experiment exits 1 and keeps its log") {
+  fs::path dir = fresh_dir("fail");
+  Result r = run(dir, {"task.num_pairs=20"});  // more pairs than the 16 distinct keys
+  CHECK(r.status == kExitFailed);
+  CHECK(r.console.find("task.num_pairs 20 exceeds task.num_keys 16") != std::string::npos);
+  CHECK(read(dir / "log.txt").find("test_resume failed") != std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("catalog: every preset resolves, and load_run rebuilds a run's model") {
+  for (const Experiment* e : experiments())
+    for (const auto& [preset, text] : e->presets) CHECK_NOTHROW(resolve_config(*e, preset, "", {}));
+  fs::path dir = fresh_dir("load");
+  REQUIRE(run(dir, {"train.steps=3"}).status == kExitComplete);
+  auto loaded = catalog::load_run(dir);
+  CHECK(loaded.step == 3);
+  TensorMap ck = load_safetensors((dir / "checkpoint.safetensors").string());
+  for (auto& [name, t] : loaded.model->state_dict()) CHECK_MESSAGE(bitwise_equal(t, ck.at("model." + name)), name);
+  CHECK(loaded.task.token(0) == "k0");
+  fs::remove_all(dir);
+}
