@@ -251,7 +251,7 @@ int run_sweep(const SweepOptions& options, std::ostream& out) {
       // The runs save a checkpoint and exit 3; the sweep waits for them.
       for (const auto& [pid, i] : running) kill(pid, SIGTERM);
       forwarded = true;
-      out << fmt::format("signal {}: stopping {} running run(s) at their next step\n", int(g_stop_signal), running.size())
+      out << fmt::format("{}: stopping {} running run(s) at their next step\n", strsignal(g_stop_signal), running.size())
           << std::flush;
     }
     int status = 0;
