@@ -66,7 +66,8 @@ std::string text_of(const json& v) { return v.is_string() ? v.get<std::string>()
 std::string cell(const Stat& s) {
   if (s.n == 0) return "-";
   if (s.n == 1) return fmt::format("{:.4g}", s.mean);
-  return fmt::format("{:.4g} ± {:.2g}", s.mean, s.std);
+  // Two significant digits of the spread, never in exponent form for spreads of 10 or more.
+  return s.std >= 10 ? fmt::format("{:.4g} ± {:.0f}", s.mean, s.std) : fmt::format("{:.4g} ± {:.2g}", s.mean, s.std);
 }
 
 // A metric, else a numeric axis value, else a numeric config value, else NaN.
