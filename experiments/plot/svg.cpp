@@ -65,32 +65,38 @@ std::string label(double v) {
   return fmt::format("{:g}", v);
 }
 
-}  // namespace
+// The axes, frame, grid, tick labels, title and axis labels of a chart over the given points;
+// `pad` is the fraction of each data range left free at both ends.
+struct Frame {
+  Axis ax, ay;
+  std::string svg;
+};
 
-std::string render_svg(const LineChart& c) {
-  const double left = 70, right = 190, top = 40, bottom = 55;  // margins: the legend sits on the right
-  Axis ax{c.log_x, 0, 0, left, c.width - right}, ay{c.log_y, 0, 0, c.height - bottom, top};
+Frame frame(const std::string& title, const std::string& x_label, const std::string& y_label, bool log_x, bool log_y,
+            int width, int height, double right, double pad_x, double pad_y,
+            const std::vector<std::pair<double, double>>& points) {
+  const double left = 70, top = 40, bottom = 55;
+  Axis ax{log_x, 0, 0, left, width - right}, ay{log_y, 0, 0, height - bottom, top};
   double xlo = std::numeric_limits<double>::infinity(), xhi = -xlo, ylo = xlo, yhi = -xlo;
-  for (const Series& s : c.series)
-    for (size_t i = 0; i < s.x.size() && i < s.y.size(); ++i)
-      if (ax.usable(s.x[i]) && ay.usable(s.y[i])) {
-        xlo = std::min(xlo, ax.unit(s.x[i])), xhi = std::max(xhi, ax.unit(s.x[i]));
-        ylo = std::min(ylo, ay.unit(s.y[i])), yhi = std::max(yhi, ay.unit(s.y[i]));
-      }
+  for (const auto& [x, y] : points)
+    if (ax.usable(x) && ay.usable(y)) {
+      xlo = std::min(xlo, ax.unit(x)), xhi = std::max(xhi, ax.unit(x));
+      ylo = std::min(ylo, ay.unit(y)), yhi = std::max(yhi, ay.unit(y));
+    }
   if (!(xlo <= xhi)) xlo = 0, xhi = 1, ylo = 0, yhi = 1;  // nothing to draw: an empty frame
   auto pad = [](double& lo, double& hi, double frac) {
     const double span = hi > lo ? hi - lo : std::max(1.0, std::abs(lo));
     lo -= span * frac, hi += span * frac;
   };
-  pad(xlo, xhi, 0.03), pad(ylo, yhi, 0.06);
+  pad(xlo, xhi, pad_x), pad(ylo, yhi, pad_y);
   ax.lo = xlo, ax.hi = xhi, ay.lo = ylo, ay.hi = yhi;
 
   std::string out = fmt::format(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\" "
       "font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n",
-      c.width, c.height, c.width, c.height);
+      width, height, width, height);
   out += fmt::format("<text x=\"{}\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">{}</text>\n",
-                     (ax.p0 + ax.p1) / 2, escape(c.title));
+                     (ax.p0 + ax.p1) / 2, escape(title));
   // grid and tick labels
   for (double v : ticks(ax)) {
     const double x = ax.pixel(v);
@@ -105,9 +111,22 @@ std::string render_svg(const LineChart& c) {
   out += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#333\"/>\n", ax.p0,
                      ay.p1, ax.p1 - ax.p0, ay.p0 - ay.p1);
   out += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", (ax.p0 + ax.p1) / 2,
-                     c.height - 14, escape(c.x_label + (c.log_x ? " (log)" : "")));
+                     height - 14, escape(x_label + (log_x ? " (log)" : "")));
   out += fmt::format("<text transform=\"translate(18 {}) rotate(-90)\" text-anchor=\"middle\">{}</text>\n",
-                     (ay.p0 + ay.p1) / 2, escape(c.y_label + (c.log_y ? " (log)" : "")));
+                     (ay.p0 + ay.p1) / 2, escape(y_label + (log_y ? " (log)" : "")));
+  return {ax, ay, out};
+}
+
+}  // namespace
+
+std::string render_svg(const LineChart& c) {
+  const double right = 190, top = 40;  // the legend sits on the right
+  std::vector<std::pair<double, double>> points;
+  for (const Series& s : c.series)
+    for (size_t i = 0; i < s.x.size() && i < s.y.size(); ++i) points.emplace_back(s.x[i], s.y[i]);
+  Frame f = frame(c.title, c.x_label, c.y_label, c.log_x, c.log_y, c.width, c.height, right, 0.03, 0.06, points);
+  const Axis &ax = f.ax, &ay = f.ay;
+  std::string out = std::move(f.svg);
   // series: a polyline per unbroken run of usable points, a dot per point, a legend entry
   for (size_t k = 0; k < c.series.size(); ++k) {
     const Series& s = c.series[k];
@@ -139,5 +158,35 @@ std::string render_svg(const LineChart& c) {
 }
 
 void save_svg(const std::string& path, const LineChart& chart) { write_text_atomic(path, render_svg(chart)); }
+
+std::string render_svg(const BubbleChart& c) {
+  // Area, not radius, is proportional to size: the eye reads a bubble's area.
+  const double right = 40, max_radius = 30;
+  double max_size = 0;
+  std::vector<std::pair<double, double>> points;
+  for (const Bubble& b : c.bubbles) {
+    points.emplace_back(b.x, b.y);
+    if (std::isfinite(b.size)) max_size = std::max(max_size, b.size);
+  }
+  Frame f = frame(c.title, c.x_label, c.y_label, c.log_x, false, c.width, c.height, right, 0.12, 0.15, points);
+  std::string out = std::move(f.svg);
+  for (size_t k = 0; k < c.bubbles.size(); ++k) {
+    const Bubble& b = c.bubbles[k];
+    if (!f.ax.usable(b.x) || !f.ay.usable(b.y)) continue;
+    const double r = max_size > 0 && std::isfinite(b.size) && b.size > 0 ? max_radius * std::sqrt(b.size / max_size) : 3;
+    const double x = f.ax.pixel(b.x), y = f.ay.pixel(b.y);
+    const char* colour = kColours[k % kNumColours];
+    out += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"{:.1f}\" fill=\"{}\" fill-opacity=\"0.45\" stroke=\"{}\"/>\n",
+                       x, y, std::max(r, 2.0), colour, colour);
+    out += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}</text>\n", x, y - std::max(r, 2.0) - 4,
+                       escape(b.label));
+  }
+  if (!c.size_label.empty())
+    out += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\" fill=\"#555\">bubble area \u221d {} (largest {})</text>\n",
+                       f.ax.p1 - 6, f.ay.p0 - 8, escape(c.size_label), label(max_size));
+  return out + "</svg>\n";
+}
+
+void save_svg(const std::string& path, const BubbleChart& chart) { write_text_atomic(path, render_svg(chart)); }
 
 }  // namespace attnlab::plot

@@ -392,6 +392,16 @@ struct SignalGuard {
   }
 };
 
+// A directory `attnlab sweep` prepared for a run holds only its point.json and the run's
+// stdout.txt (docs/sweeps.md); anything else means it belongs to something else.
+bool only_sweep_files(const fs::path& dir) {
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (name != "point.json" && name != "stdout.txt") return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 int run_experiment(const RunRequest& r, std::ostream& console, bool tty) {
@@ -424,7 +434,7 @@ int run_experiment(const RunRequest& r, std::ostream& console, bool tty) {
                 << "; use another --run-dir, or the same config to resume\n";
         return kExitUsage;
       }
-    } else if (fs::exists(dir) && !fs::is_empty(dir)) {
+    } else if (fs::exists(dir) && !only_sweep_files(dir)) {
       console << "attnlab run: " << dir.string() << " exists and is not a run directory (no config.toml)\n";
       return kExitUsage;
     }

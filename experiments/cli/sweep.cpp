@@ -1,0 +1,87 @@
+// `attnlab sweep` and `attnlab report` (docs/sweeps.md): the command-line face of
+// experiments/runner/sweep.hpp and report.hpp.
+#include "experiments/cli/sweep_commands.hpp"
+
+#include <CLI/CLI.hpp>
+#include <charconv>
+#include <iostream>
+#include <memory>
+
+#include "experiments/runner/report.hpp"
+#include "experiments/runner/sweep.hpp"
+
+namespace attnlab::cli {
+namespace {
+
+// "i/N" with 0 <= i < N.
+std::pair<int, int> parse_shard(const std::string& text) {
+  const size_t slash = text.find('/');
+  int i = -1, n = 0;
+  auto whole = [](const std::string& s, int& v) {
+    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    return !s.empty() && ec == std::errc() && end == s.data() + s.size();
+  };
+  if (slash == std::string::npos || !whole(text.substr(0, slash), i) || !whole(text.substr(slash + 1), n) || n < 1 ||
+      i < 0 || i >= n)
+    throw CLI::ValidationError("--shard", "must be i/N with 0 <= i < N (e.g. 0/4), got '" + text + "'");
+  return {i, n};
+}
+
+}  // namespace
+
+void add_sweep_commands(CLI::App& app, int& status) {
+  struct SweepArgs {
+    runner::SweepOptions options;
+    std::string out, shard;
+    bool emit_slurm = false;
+    int shards = 4, cpus_per_task = 2;
+  };
+  auto a = std::make_shared<SweepArgs>();
+  CLI::App* sweep = app.add_subcommand(
+      "sweep",
+      "Run (or resume) every run of a sweep file: grid and zip axes over config keys, seeds as an axis, parallel "
+      "workers. Results go to DIR/results.sqlite. Re-running the same command skips complete runs and resumes "
+      "interrupted ones from their checkpoints. Exit status: 0 all complete, 1 a run failed, 3 stopped by a signal.");
+  sweep->add_option("SWEEP", a->options.sweep_file, "the sweep file (TOML; format in docs/sweeps.md)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  sweep->add_option("--out", a->out, "the sweep directory (default: sweeps/<sweep file stem>)");
+  sweep->add_option("--workers", a->options.workers, "runs at a time, overriding the file's `workers` (each run gets "
+                                                     "cores / workers threads)")
+      ->check(CLI::Range(1, 1024));
+  sweep->add_option("--shard", a->shard, "run only the runs with index % N == i, into DIR/shards/shard-i-of-N.sqlite "
+                                         "(merge with `attnlab report DIR`)");
+  sweep->add_flag("--emit-slurm", a->emit_slurm, "write DIR/sweep.sbatch, a Slurm job array with one task per shard, "
+                                                 "and run nothing");
+  sweep->add_option("--shards", a->shards, "with --emit-slurm: the number of array tasks (default 4)")
+      ->check(CLI::Range(1, 100000));
+  sweep->add_option("--cpus-per-task", a->cpus_per_task, "with --emit-slurm: cores per array task (default 2)")
+      ->check(CLI::Range(1, 1024));
+  sweep->callback([a, &status] {
+    runner::SweepOptions& o = a->options;
+    if (!a->out.empty()) o.dir = a->out;
+    if (!a->shard.empty()) std::tie(o.shard, o.shards) = parse_shard(a->shard);
+    if (a->emit_slurm) {
+      const auto path = runner::emit_slurm(o, a->shards, a->cpus_per_task);
+      std::cout << "wrote " << path.string() << "\nsubmit it with:  sbatch " << path.string()
+                << "\nthen, when every task has finished:  attnlab report "
+                << (o.dir.empty() ? runner::default_sweep_dir(o.sweep_file) : o.dir).string() << "\n";
+      status = 0;
+      return;
+    }
+    status = runner::run_sweep(o, std::cout);
+  });
+
+  auto dir = std::make_shared<std::string>();
+  CLI::App* report = app.add_subcommand(
+      "report",
+      "Merge a sweep directory's shard databases and run directories into DIR/results.sqlite, and write "
+      "DIR/results.csv, DIR/report.md (final metrics, mean ± std over seeds) and SVG plots in DIR/plots/.");
+  report->add_option("DIR", *dir, "the sweep directory (holding sweep.toml)")->required()->check(CLI::ExistingDirectory);
+  report->callback([dir, &status] {
+    runner::write_report(*dir, std::cout);
+    status = 0;
+  });
+}
+
+}  // namespace attnlab::cli

@@ -1,0 +1,18 @@
+// The `sweep` and `report` subcommands of the attnlab CLI (docs/sweeps.md):
+//   attnlab sweep SWEEP.toml [--out DIR] [--workers N] [--shard i/N]
+//   attnlab sweep SWEEP.toml --emit-slurm [--shards N] [--cpus-per-task C] [--out DIR]
+//   attnlab report DIR
+#pragma once
+
+namespace CLI {
+class App;
+}
+
+namespace attnlab::cli {
+
+// Adds both subcommands to `app`; when one of them runs (during app.parse), `status` receives its
+// exit status: 0 success, 1 a run failed, 3 the sweep was stopped by a signal (resumable).
+// Errors in the sweep file or directory are thrown as attnlab errors.
+void add_sweep_commands(CLI::App& app, int& status);
+
+}  // namespace attnlab::cli

@@ -1,0 +1,334 @@
+// The report of a sweep directory (experiments/runner/report.hpp): merge, tabulate, plot.
+#include "experiments/runner/report.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "experiments/plot/svg.hpp"
+#include "experiments/runner/store.hpp"
+#include "experiments/runner/sweep.hpp"
+#include "tensor/io.hpp"
+
+namespace attnlab::runner {
+namespace fs = std::filesystem;
+using nlohmann::json;
+using nlohmann::ordered_json;
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+struct Run {
+  int64_t id;
+  ordered_json point;
+  json config;
+  std::map<std::string, double> metrics;
+};
+
+// The runs that share every axis value but the seed.
+struct Group {
+  std::string label;                // "model.attention=mha(heads=4), train.lr=0.001"
+  std::vector<std::string> values;  // one per non-seed axis, as text
+  ordered_json point;               // the non-seed axis values
+  std::vector<const Run*> runs;
+};
+
+struct Stat {
+  double mean = kNaN, std = kNaN;
+  size_t n = 0;
+};
+
+Stat stat(const std::vector<double>& xs) {
+  Stat s;
+  double sum = 0;
+  for (double x : xs)
+    if (std::isfinite(x)) sum += x, ++s.n;
+  if (s.n == 0) return s;
+  s.mean = sum / double(s.n);
+  if (s.n > 1) {
+    double ss = 0;
+    for (double x : xs)
+      if (std::isfinite(x)) ss += (x - s.mean) * (x - s.mean);
+    s.std = std::sqrt(ss / double(s.n - 1));  // sample standard deviation
+    // Equal values whose mean is inexact leave a rounding residue; it would print as "± 1e-16".
+    if (s.std <= 1e-12 * std::max(1.0, std::abs(s.mean))) s.std = 0;
+  }
+  return s;
+}
+
+std::string text_of(const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
+
+std::string cell(const Stat& s) {
+  if (s.n == 0) return "-";
+  if (s.n == 1) return fmt::format("{:.4g}", s.mean);
+  // Two significant digits of the spread, never in exponent form for spreads of 10 or more.
+  return s.std >= 10 ? fmt::format("{:.4g} ± {:.0f}", s.mean, s.std) : fmt::format("{:.4g} ± {:.2g}", s.mean, s.std);
+}
+
+// A metric, else a numeric axis value, else a numeric config value, else NaN.
+double lookup(const Run& r, const std::string& name) {
+  if (auto it = r.metrics.find(name); it != r.metrics.end()) return it->second;
+  if (r.point.contains(name) && r.point[name].is_number()) return r.point[name].get<double>();
+  if (r.config.contains(name) && r.config[name].is_number()) return r.config[name].get<double>();
+  return kNaN;
+}
+
+std::string label_of(const Run& r, const std::string& key) {
+  if (r.point.contains(key)) return text_of(r.point[key]);
+  if (r.config.contains(key)) return text_of(r.config[key]);
+  return "";
+}
+
+std::string file_name(const std::string& s) {
+  std::string out;
+  for (char c : s) out += std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' ? c : '_';
+  return out;
+}
+
+std::string read_text(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  if (!f) fail<FileError>("{}: cannot read", p.string());
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// Merges the shard stores and any complete run directory not yet stored into `store`.
+void gather(const fs::path& dir, Store& store, std::ostream& out) {
+  if (fs::is_directory(dir / "shards")) {
+    std::vector<fs::path> shards;
+    for (const auto& e : fs::directory_iterator(dir / "shards"))
+      if (e.path().extension() == ".sqlite") shards.push_back(e.path());
+    std::sort(shards.begin(), shards.end());
+    for (const auto& p : shards) store.merge_from(p);
+    if (!shards.empty()) out << fmt::format("merged {} shard database(s)\n", shards.size());
+  }
+  const auto stored = store.complete_ids();
+  std::vector<RunRecord> missing;
+  if (fs::is_directory(dir / "runs"))
+    for (const auto& e : fs::directory_iterator(dir / "runs")) {
+      const std::string name = e.path().filename().string();
+      if (name.empty() || !std::all_of(name.begin(), name.end(), ::isdigit)) continue;
+      const int64_t id = std::stoll(name);
+      if (fs::exists(e.path() / "summary.json") && !std::binary_search(stored.begin(), stored.end(), id))
+        missing.push_back(read_run_dir(id, e.path()));
+    }
+  store.put(missing);
+  if (!missing.empty()) out << fmt::format("added {} complete run(s) missing from the database\n", missing.size());
+}
+
+}  // namespace
+
+fs::path write_report(const fs::path& dir, std::ostream& out) {
+  const fs::path sweep_copy = dir / "sweep.toml";
+  if (!fs::exists(sweep_copy)) fail<FileError>("{}: not a sweep directory (no sweep.toml)", dir.string());
+  const SweepSpec spec = parse_sweep(read_text(sweep_copy), sweep_copy.string());
+  const std::vector<std::string> axes = axis_keys(spec);
+  const std::vector<std::string> group_axes(axes.begin(), axes.end() - 1);  // all but "seed"
+  const size_t planned = expand_sweep(spec).size();
+
+  Store store(dir / "results.sqlite");
+  gather(dir, store, out);
+  store.export_csv(dir / "results.csv", axes);
+
+  // Complete runs into groups, in run order (the expansion order).
+  std::vector<Run> runs;
+  std::vector<std::pair<int64_t, std::string>> failed;
+  for (const Store::Row& row : store.runs()) {
+    if (row.status != "complete") {
+      failed.emplace_back(row.id, row.point_json);
+      continue;
+    }
+    runs.push_back({row.id, ordered_json::parse(row.point_json),
+                    row.config_json.empty() ? json::object() : json::parse(row.config_json), row.metrics});
+  }
+  std::vector<Group> groups;
+  std::map<std::string, size_t> group_of;
+  for (const Run& r : runs) {
+    Group g;
+    for (const auto& k : group_axes) {
+      const std::string v = r.point.contains(k) ? text_of(r.point[k]) : "";
+      g.values.push_back(v);
+      g.label += (g.label.empty() ? "" : ", ") + k + "=" + v;
+      if (r.point.contains(k)) g.point[k] = r.point[k];
+    }
+    if (g.label.empty()) g.label = spec.experiment;
+    auto [it, fresh] = group_of.emplace(g.label, groups.size());
+    if (fresh) groups.push_back(std::move(g));
+    groups[it->second].runs.push_back(&r);
+  }
+
+  // Metric columns: the headline first, then the experiment's own, then the cost figures.
+  std::set<std::string> names;
+  for (const Run& r : runs)
+    for (const auto& [n, v] : r.metrics) names.insert(n);
+  const std::set<std::string> costs = {"peak_rss_mb", "seconds", "steps_per_s"};
+  std::string headline = spec.report.metric;
+  if (headline.empty())
+    for (const auto& n : names)
+      if (!costs.count(n)) {
+        headline = n;
+        break;
+      }
+  if (!runs.empty() && !names.count(headline))
+    fail<ValueError>("{}: report.metric '{}' is not a metric of any run (metrics: {})", sweep_copy.string(), headline,
+                     fmt::join(names, ", "));
+  std::vector<std::string> columns = {headline};
+  for (const auto& n : names)
+    if (n != headline && !costs.count(n)) columns.push_back(n);
+  for (const auto& n : costs)
+    if (n != headline && names.count(n)) columns.push_back(n);
+
+  auto group_stat = [](const Group& g, const std::string& name) {
+    std::vector<double> xs;
+    for (const Run* r : g.runs) xs.push_back(lookup(*r, name));
+    return stat(xs);
+  };
+  std::vector<size_t> order(groups.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    const double ma = group_stat(groups[a], headline).mean, mb = group_stat(groups[b], headline).mean;
+    if (std::isnan(ma) || std::isnan(mb)) return !std::isnan(ma) && std::isnan(mb);
+    return spec.report.ascending ? ma < mb : ma > mb;
+  });
+
+  std::string md = fmt::format("# Sweep `{}`\n\n", fs::absolute(dir).lexically_normal().filename().string());
+  md += fmt::format("Experiment `{}`{}; {} runs planned, {} complete, {} failed or unfinished.\n\n", spec.experiment,
+                    spec.preset.empty() ? "" : fmt::format(", preset `{}`", spec.preset), planned, runs.size(),
+                    planned - runs.size());
+  md += "Axes:\n\n";
+  for (const auto* list : {&spec.zip, &spec.grid})
+    for (const Axis& a : *list) {
+      std::vector<std::string> vs;
+      for (const auto& v : a.values) vs.push_back(to_toml_value(v));
+      md += fmt::format("- `{}` ({}): {}\n", a.key, list == &spec.zip ? "zip" : "grid", fmt::join(vs, ", "));
+    }
+  md += fmt::format("- `seed`: {}\n", fmt::join(spec.seeds, ", "));
+  for (const auto& a : spec.set) md += fmt::format("- fixed `{}` = {}\n", a.key, to_toml_value(a.value));
+  md += "\nThe sweep file is [sweep.toml](sweep.toml); every run's final metrics are in [results.csv](results.csv) "
+        "and, with the training curves, in `results.sqlite`.\n\n";
+
+  md += "## Final metrics\n\n";
+  md += fmt::format("Mean ± sample standard deviation over seeds (n runs), sorted by `{}` ({} is better).\n\n", headline,
+                    spec.report.ascending ? "lower" : "higher");
+  std::string head = "|", rule = "|";
+  for (const auto& k : group_axes) head += fmt::format(" {} |", k), rule += "---|";
+  head += " n |", rule += "---:|";
+  for (const auto& c : columns) head += fmt::format(" {} |", c), rule += "---:|";
+  md += head + "\n" + rule + "\n";
+  for (size_t gi : order) {
+    const Group& g = groups[gi];
+    std::string line = "|";
+    for (const auto& v : g.values) line += fmt::format(" `{}` |", v);
+    line += fmt::format(" {} |", g.runs.size());
+    for (const auto& c : columns) line += fmt::format(" {} |", cell(group_stat(g, c)));
+    md += line + "\n";
+  }
+  md += "\n";
+
+  fs::create_directories(dir / "plots");
+  // Training curves: each group's mean over its seeds at every step any of them logged.
+  std::vector<std::string> curve_names = spec.report.curves;
+  std::map<int64_t, std::map<std::string, std::vector<std::pair<int64_t, double>>>> curves;
+  for (const Run& r : runs) curves[r.id] = store.curves(r.id);
+  if (curve_names.empty()) {
+    std::set<std::string> all;
+    for (const auto& [id, c] : curves)
+      for (const auto& [n, pts] : c)
+        if (n != "time") all.insert(n);
+    curve_names.assign(all.begin(), all.end());
+  }
+  if (!curve_names.empty() && !runs.empty()) md += "## Training curves\n\nMean over seeds at each step.\n\n";
+  for (const auto& name : curve_names) {
+    if (runs.empty()) break;
+    plot::LineChart chart{name, "step", name, false, false, {}, 760, 480};
+    for (size_t gi : order) {
+      std::map<int64_t, std::vector<double>> at;
+      for (const Run* r : groups[gi].runs)
+        if (auto it = curves[r->id].find(name); it != curves[r->id].end())
+          for (const auto& [step, v] : it->second) at[step].push_back(v);
+      plot::Series s{groups[gi].label, {}, {}};
+      for (const auto& [step, vs] : at) s.x.push_back(double(step)), s.y.push_back(stat(vs).mean);
+      if (!s.x.empty()) chart.series.push_back(std::move(s));
+    }
+    if (chart.series.empty()) {
+      md += fmt::format("No run logged `{}`.\n\n", name);
+      continue;
+    }
+    const std::string file = "plots/curve_" + file_name(name) + ".svg";
+    plot::save_svg((dir / file).string(), chart);
+    md += fmt::format("![{}]({})\n\n", name, file);
+  }
+
+  // The headline metric against a swept value, one series per configuration of the other axes.
+  if (!spec.report.x.empty() && !runs.empty()) {
+    const std::string& x = spec.report.x;
+    md += fmt::format("## `{}` against `{}`\n\n", headline, x);
+    std::map<std::string, plot::Series> series;
+    std::vector<std::string> series_order;
+    bool numeric = true;
+    for (const Group& g : groups) {
+      std::string rest;
+      for (const auto& k : group_axes)
+        if (k != x && g.point.contains(k)) rest += (rest.empty() ? "" : ", ") + k + "=" + text_of(g.point[k]);
+      if (rest.empty()) rest = headline;
+      if (!g.point.contains(x) || !g.point[x].is_number()) {
+        numeric = false;
+        break;
+      }
+      if (!series.count(rest)) series_order.push_back(rest), series[rest].name = rest;
+      series[rest].x.push_back(g.point[x].get<double>());
+      series[rest].y.push_back(group_stat(g, headline).mean);
+    }
+    if (!numeric) {
+      md += fmt::format("`{}` takes non-numeric values: see the table above.\n\n", x);
+    } else {
+      plot::LineChart chart{fmt::format("{} against {} (mean over seeds)", headline, x), x, headline, false, false, {}, 760, 480};
+      for (const auto& k : series_order) {
+        plot::Series s = series[k];
+        std::vector<size_t> idx(s.x.size());
+        for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+        std::sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return s.x[a] < s.x[b]; });
+        plot::Series sorted{s.name, {}, {}};
+        for (size_t i : idx) sorted.x.push_back(s.x[i]), sorted.y.push_back(s.y[i]);
+        chart.series.push_back(std::move(sorted));
+      }
+      const std::string file = "plots/" + file_name(headline) + "_vs_" + file_name(x) + ".svg";
+      plot::save_svg((dir / file).string(), chart);
+      md += fmt::format("![{} against {}]({})\n\n", headline, x, file);
+    }
+  }
+
+  // Accuracy, speed and memory in one picture, one bubble per configuration.
+  if (spec.report.has_bubble && !runs.empty()) {
+    const auto& b = spec.report.bubble;
+    plot::BubbleChart chart{fmt::format("{} against {} (area: {})", b.y, b.x, b.size), b.x, b.y, b.size, false, {}, 760, 480};
+    for (size_t gi : order) {
+      const Group& g = groups[gi];
+      const std::string label = b.label.empty() ? g.label : label_of(*g.runs.front(), b.label);
+      chart.bubbles.push_back({label, group_stat(g, b.x).mean, group_stat(g, b.y).mean, group_stat(g, b.size).mean});
+    }
+    plot::save_svg((dir / "plots/bubble.svg").string(), chart);
+    md += fmt::format("## {}, {} and {}\n\nOne bubble per configuration (mean over seeds); its area is proportional to "
+                      "`{}`.\n\n![bubble chart](plots/bubble.svg)\n\n",
+                      b.y, b.x, b.size, b.size);
+  }
+
+  if (!failed.empty()) {
+    md += "## Failed runs\n\n";
+    for (const auto& [id, point] : failed)
+      md += fmt::format("- `{}` {}: see `{}/stdout.txt`\n", run_dir_name(id), point, run_dir_name(id));
+    md += "\n";
+  }
+  const fs::path report = dir / "report.md";
+  write_text_atomic(report.string(), md);
+  out << fmt::format("wrote {} ({} complete runs in {} configurations)\n", report.string(), runs.size(), groups.size());
+  return report;
+}
+
+}  // namespace attnlab::runner

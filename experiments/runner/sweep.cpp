@@ -1,0 +1,261 @@
+// Sweep files: parsing and expansion into runs (experiments/runner/sweep.hpp). Resolving each
+// run's config against the experiment registry, and running the child processes, is
+// sweep_run.cpp, so that `attnlab report` reads sweep files without the registry.
+#include "experiments/runner/sweep.hpp"
+
+#include <algorithm>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+#include <toml++/toml.h>
+
+
+namespace attnlab::runner {
+namespace {
+
+int line_of(const toml::node& n) { return static_cast<int>(n.source().begin.line); }
+
+// A scalar TOML value as a config value; SweepError for arrays, tables and dates.
+Value to_value(const toml::node& n, const std::string& path, const std::string& key) {
+  if (auto v = n.as_integer()) return v->get();
+  if (auto v = n.as_floating_point()) return v->get();
+  if (auto v = n.as_boolean()) return v->get();
+  if (auto v = n.as_string()) return v->get();
+  fail<SweepError>("{}:{}: '{}' must be an integer, float, bool or string, got a {}", path, line_of(n), key,
+                   toml::impl::node_type_friendly_names[static_cast<int>(n.type())]);
+}
+
+// Leaves of a table with dotted keys: `model.attention = ...`, `"model.attention" = ...` and
+// `[grid.model] attention = ...` all give "model.attention". Sorted by line, i.e. file order
+// (toml::table itself keeps its keys sorted by name).
+void flatten(const toml::table& t, const std::string& prefix, std::vector<std::pair<std::string, const toml::node*>>& out) {
+  for (auto&& [k, v] : t) {
+    const std::string key = prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
+    if (auto sub = v.as_table())
+      flatten(*sub, key, out);
+    else
+      out.emplace_back(key, &v);
+  }
+}
+
+std::vector<std::pair<std::string, const toml::node*>> leaves(const toml::table& t) {
+  std::vector<std::pair<std::string, const toml::node*>> out;
+  flatten(t, "", out);
+  std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
+    const auto& sa = a.second->source().begin;
+    const auto& sb = b.second->source().begin;
+    return sa.line != sb.line ? sa.line < sb.line : sa.column < sb.column;
+  });
+  return out;
+}
+
+const toml::table& table_at(const toml::node& n, const std::string& path, const std::string& name) {
+  if (auto t = n.as_table()) return *t;
+  fail<SweepError>("{}:{}: '{}' must be a table", path, line_of(n), name);
+}
+
+std::vector<Axis> read_axes(const toml::table& t, const std::string& path, const std::string& section) {
+  std::vector<Axis> axes;
+  for (auto& [key, node] : leaves(t)) {
+    const auto* arr = node->as_array();
+    const int line = line_of(*node);
+    if (!arr) fail<SweepError>("{}:{}: [{}] '{}' must be a list of values", path, line, section, key);
+    if (arr->empty()) fail<SweepError>("{}:{}: [{}] '{}' is an empty list (give at least one value)", path, line, section, key);
+    if (key == "seed")
+      fail<SweepError>("{}:{}: [{}] 'seed' is swept by the top-level `seeds = [...]` list instead", path, line, section);
+    Axis a{key, {}, line};
+    for (const toml::node& v : *arr) a.values.push_back(to_value(v, path, section + "." + key));
+    axes.push_back(std::move(a));
+  }
+  return axes;
+}
+
+std::string string_at(const toml::node& n, const std::string& path, const std::string& name) {
+  if (auto s = n.as_string()) return s->get();
+  fail<SweepError>("{}:{}: '{}' must be a string", path, line_of(n), name);
+}
+
+ReportSpec read_report(const toml::table& t, const std::string& path) {
+  ReportSpec r;
+  for (auto&& [k, v] : t) {
+    const std::string key(k.str());
+    if (key == "metric") {
+      r.metric = string_at(v, path, "report.metric");
+    } else if (key == "x") {
+      r.x = string_at(v, path, "report.x");
+    } else if (key == "sort") {
+      const std::string s = string_at(v, path, "report.sort");
+      if (s != "asc" && s != "desc")
+        fail<SweepError>("{}:{}: report.sort must be \"asc\" or \"desc\", got \"{}\"", path, line_of(v), s);
+      r.ascending = s == "asc";
+    } else if (key == "curves") {
+      const auto* arr = v.as_array();
+      if (!arr) fail<SweepError>("{}:{}: report.curves must be a list of metric names", path, line_of(v));
+      for (const toml::node& c : *arr) r.curves.push_back(string_at(c, path, "report.curves"));
+    } else if (key == "bubble") {
+      const toml::table& b = table_at(v, path, "report.bubble");
+      r.has_bubble = true;
+      for (auto&& [bk, bv] : b) {
+        const std::string name(bk.str());
+        std::string* slot = name == "x" ? &r.bubble.x : name == "y" ? &r.bubble.y : name == "size" ? &r.bubble.size
+                          : name == "label" ? &r.bubble.label : nullptr;
+        if (!slot)
+          fail<SweepError>("{}:{}: unknown key 'report.bubble.{}' (known: x, y, size, label)", path, line_of(bv), name);
+        *slot = string_at(bv, path, "report.bubble." + name);
+      }
+      if (r.bubble.x.empty() || r.bubble.y.empty() || r.bubble.size.empty())
+        fail<SweepError>("{}:{}: report.bubble needs x, y and size", path, line_of(v));
+    } else {
+      fail<SweepError>("{}:{}: unknown key 'report.{}' (known: metric, sort, x, curves, bubble)", path, line_of(v), key);
+    }
+  }
+  return r;
+}
+
+}  // namespace
+
+SweepSpec parse_sweep(const std::string& text, const std::string& path) {
+  toml::table root;
+  try {
+    root = toml::parse(text, path);
+  } catch (const toml::parse_error& e) {
+    fail<SweepError>("{}:{}: {}", path, e.source().begin.line, e.description());
+  }
+  SweepSpec s;
+  s.path = path;
+  s.text = text;
+  bool has_experiment = false;
+  for (auto&& [k, v] : root) {
+    const std::string key(k.str());
+    if (key == "experiment") {
+      s.experiment = string_at(v, path, key);
+      has_experiment = true;
+    } else if (key == "preset") {
+      s.preset = string_at(v, path, key);
+    } else if (key == "workers") {
+      const auto* w = v.as_integer();
+      if (!w || w->get() < 1 || w->get() > 1024)
+        fail<SweepError>("{}:{}: 'workers' must be an integer in [1, 1024]", path, line_of(v));
+      s.workers = static_cast<int>(w->get());
+    } else if (key == "seeds") {
+      const auto* arr = v.as_array();
+      if (!arr) fail<SweepError>("{}:{}: 'seeds' must be a list of integers", path, line_of(v));
+      if (arr->empty()) fail<SweepError>("{}:{}: 'seeds' is an empty list (give at least one seed)", path, line_of(v));
+      s.seeds.clear();
+      for (const toml::node& n : *arr) {
+        const auto* i = n.as_integer();
+        if (!i) fail<SweepError>("{}:{}: 'seeds' must be a list of integers", path, line_of(n));
+        s.seeds.push_back(i->get());
+      }
+      s.seeds_line = line_of(v);
+    } else if (key == "set") {
+      for (auto& [sk, node] : leaves(table_at(v, path, key)))
+        s.set.push_back({sk, to_value(*node, path, "set." + sk), line_of(*node)});
+    } else if (key == "grid") {
+      s.grid = read_axes(table_at(v, path, key), path, "grid");
+    } else if (key == "zip") {
+      s.zip = read_axes(table_at(v, path, key), path, "zip");
+    } else if (key == "report") {
+      s.report = read_report(table_at(v, path, key), path);
+    } else {
+      fail<SweepError>("{}:{}: unknown top-level key '{}' (known: experiment, preset, workers, seeds, set, grid, zip, report)",
+                       path, line_of(v), key);
+    }
+  }
+  if (!has_experiment) fail<SweepError>("{}: missing `experiment = \"NAME\"`", path);
+  // A key may be varied or set in one place only: two sources would make the run's value depend
+  // on an order the reader cannot see.
+  std::map<std::string, std::string> where;
+  auto claim = [&](const std::string& key, int line, const std::string& section) {
+    auto [it, fresh] = where.emplace(key, fmt::format("[{}] (line {})", section, line));
+    if (!fresh) fail<SweepError>("{}:{}: '{}' is in [{}] and in {}: give it in one place", path, line, key, section, it->second);
+  };
+  for (const auto& a : s.grid) claim(a.key, a.line, "grid");
+  for (const auto& a : s.zip) claim(a.key, a.line, "zip");
+  for (const auto& a : s.set) claim(a.key, a.line, "set");
+  for (const auto& a : s.zip)
+    if (a.values.size() != s.zip.front().values.size())
+      fail<SweepError>("{}:{}: [zip] lists must have equal lengths: '{}' has {} values, '{}' has {}", path, a.line,
+                       a.key, a.values.size(), s.zip.front().key, s.zip.front().values.size());
+  if (s.report.x.size()) {
+    const auto keys = axis_keys(s);
+    if (std::find(keys.begin(), keys.end(), s.report.x) == keys.end())
+      fail<SweepError>("{}: report.x = \"{}\" is not a swept key (swept: {})", path, s.report.x, fmt::join(keys, ", "));
+  }
+  return s;
+}
+
+SweepSpec load_sweep(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) fail<FileError>("{}: cannot read the sweep file", path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return parse_sweep(ss.str(), path);
+}
+
+std::vector<std::string> axis_keys(const SweepSpec& spec) {
+  std::vector<std::string> keys;
+  for (const auto& a : spec.zip) keys.push_back(a.key);
+  for (const auto& a : spec.grid) keys.push_back(a.key);
+  keys.push_back("seed");
+  return keys;
+}
+
+std::vector<Point> expand_sweep(const SweepSpec& spec) {
+  // Mixed-radix counting: digit 0 is the zip position (slowest), then one digit per grid key,
+  // then the seed (fastest).
+  std::vector<size_t> radix;
+  radix.push_back(spec.zip.empty() ? 1 : spec.zip.front().values.size());
+  for (const auto& a : spec.grid) radix.push_back(a.values.size());
+  radix.push_back(spec.seeds.size());
+  size_t total = 1;
+  for (size_t r : radix) total *= r;
+  std::vector<Point> points;
+  points.reserve(total);
+  std::vector<size_t> digit(radix.size(), 0);
+  for (size_t n = 0; n < total; ++n) {
+    Point p;
+    for (const auto& a : spec.zip) p.emplace_back(a.key, a.values[digit[0]]);
+    for (size_t g = 0; g < spec.grid.size(); ++g) p.emplace_back(spec.grid[g].key, spec.grid[g].values[digit[g + 1]]);
+    p.emplace_back("seed", spec.seeds[digit.back()]);
+    points.push_back(std::move(p));
+    for (size_t d = radix.size(); d-- > 0;) {
+      if (++digit[d] < radix[d]) break;
+      digit[d] = 0;
+    }
+  }
+  return points;
+}
+
+std::string point_to_json(const Point& point) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  for (const auto& [k, v] : point) std::visit([&, &k = k](const auto& x) { j[k] = x; }, v);
+  return j.dump();
+}
+
+std::string point_label(const Point& point) {
+  std::string s;
+  for (const auto& [k, v] : point) {
+    if (!s.empty()) s += ", ";
+    s += k + "=" + (std::holds_alternative<std::string>(v) ? std::get<std::string>(v) : to_toml_value(v));
+  }
+  return s;
+}
+
+std::vector<std::string> run_arguments(const SweepSpec& spec, const Point& point, const std::filesystem::path& run_dir) {
+  std::vector<std::string> args = {"run", spec.experiment, "--run-dir", run_dir.string()};
+  if (!spec.preset.empty()) args.insert(args.end(), {"--preset", spec.preset});
+  for (const auto& a : spec.set) args.insert(args.end(), {"--set", a.key + "=" + to_toml_value(a.value)});
+  for (const auto& [k, v] : point) args.insert(args.end(), {"--set", k + "=" + to_toml_value(v)});
+  return args;
+}
+
+std::string run_dir_name(int64_t index) { return fmt::format("runs/{:04d}", index); }
+
+std::filesystem::path default_sweep_dir(const std::string& sweep_file) {
+  return std::filesystem::path("sweeps") / std::filesystem::path(sweep_file).stem();
+}
+
+}  // namespace attnlab::runner

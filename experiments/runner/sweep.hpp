@@ -1,0 +1,136 @@
+// Sweeps: one TOML file names an experiment and the config values to vary; the sweep expands it
+// into numbered runs, runs them as `attnlab run` child processes, and keeps their results in
+// DIR/results.sqlite (docs/sweeps.md).
+//
+//   experiment = "classify"
+//   preset = "quick"                 # optional
+//   workers = 2                      # optional (default 1); each run gets cores / workers threads
+//   seeds = [0, 1, 2]                # an axis on `seed` (default [0])
+//   [set]                            # overrides common to every run
+//   "task.name" = "listops"
+//   [grid]                           # cartesian product over every key's list
+//   "model.attention" = ["mha(heads=4)", "local(window=16)"]
+//   [zip]                            # equal-length lists varied together: one axis
+//   "model.heads" = [2, 4, 8]
+//   "model.key_size" = [32, 16, 8]
+//   [report]                         # read by `attnlab report` (experiments/runner/report.hpp)
+//   metric = "val_acc"
+//
+// Expansion order, which fixes the run numbers: the zip axis outermost, then the grid keys in the
+// order the file lists them (the last one varies fastest), then the seeds innermost, so the seeds
+// of one configuration are neighbours. A run's point is its value on every axis, seed last.
+//
+// The sweep directory DIR (default sweeps/<file stem>):
+//   sweep.toml            a copy of the sweep file; running another file into DIR is an error
+//   runs/0003/            one run: point.json (its axis values) + what `attnlab run` writes
+//   results.sqlite        the results store (experiments/runner/store.hpp), results.csv
+//   shards/shard-i-of-N.sqlite  the store of `--shard i/N` (one file per shard, never shared)
+// Every run directory is the truth and the database is derived from it: a run is complete when
+// its summary.json exists, and a complete run missing from the store is added at the next sweep
+// start, so killing the sweep at any moment (even kill -9) loses nothing: run the same command
+// again and complete runs are skipped while unfinished ones resume from their checkpoints.
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <ostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "experiments/runner/config.hpp"
+
+namespace attnlab::runner {
+
+// A sweep file that does not parse, has an unknown key, an empty or unequal list, an axis the
+// experiment does not have, or differs from the copy already in the sweep directory. The message
+// starts with "FILE:LINE:" where a line is known.
+struct SweepError : ConfigError {
+  using ConfigError::ConfigError;
+};
+
+// One varied key and its values, in file order; `line` is where the key is written.
+struct Axis {
+  std::string key;
+  std::vector<Value> values;
+  int line = 0;
+};
+
+struct Assignment {
+  std::string key;
+  Value value;
+  int line = 0;
+};
+
+// The [report] table: what `attnlab report` tabulates and plots.
+struct ReportSpec {
+  std::string metric;               // headline metric; empty = the first summary metric
+  bool ascending = false;           // sort = "asc": lower is better (losses, bits per character)
+  std::string x;                    // optional: the headline metric against this swept key
+  std::vector<std::string> curves;  // metrics.jsonl columns drawn as training curves
+  struct Bubble {
+    std::string x, y, size, label;  // metrics (or config keys); label: a key naming each bubble
+  };
+  bool has_bubble = false;
+  Bubble bubble;
+};
+
+struct SweepSpec {
+  std::string path;  // the sweep file, for messages
+  std::string text;  // its content, copied to DIR/sweep.toml
+  std::string experiment, preset;
+  int workers = 1;
+  std::vector<Assignment> set;
+  std::vector<Axis> grid, zip;
+  std::vector<int64_t> seeds = {0};
+  int seeds_line = 0;
+  ReportSpec report;
+};
+
+// Parses a sweep file's text; `path` names it in errors. Checks the file's own structure (not yet
+// the experiment's schema: see validate_sweep).
+SweepSpec parse_sweep(const std::string& text, const std::string& path);
+SweepSpec load_sweep(const std::string& path);  // FileError when unreadable
+
+// One run's value on every axis, in axis order (zip keys, grid keys, then "seed").
+using Point = std::vector<std::pair<std::string, Value>>;
+std::vector<Point> expand_sweep(const SweepSpec& spec);
+// The axis keys, in the order of a Point (the same for every run).
+std::vector<std::string> axis_keys(const SweepSpec& spec);
+// {"model.attention": "mha(heads=4)", "seed": 0}, keys in axis order.
+std::string point_to_json(const Point& point);
+// "model.attention=mha(heads=4), seed=0"
+std::string point_label(const Point& point);
+
+// The run's config as `attnlab run` will resolve it: schema defaults < preset < [set] < point.
+// ConfigError naming the sweep file and line of the offending key.
+Config resolve_run_config(const SweepSpec& spec, const Point& point);
+// Resolves every run's config before anything is launched; the first error is thrown.
+void validate_sweep(const SweepSpec& spec, const std::vector<Point>& points);
+
+// The `attnlab run` arguments of one run (without the executable).
+std::vector<std::string> run_arguments(const SweepSpec& spec, const Point& point, const std::filesystem::path& run_dir);
+
+// "runs/0003"
+std::string run_dir_name(int64_t index);
+// sweeps/<stem of the sweep file>
+std::filesystem::path default_sweep_dir(const std::string& sweep_file);
+
+struct SweepOptions {
+  std::string sweep_file;
+  std::filesystem::path dir;  // empty = default_sweep_dir(sweep_file)
+  int workers = 0;            // 0 = the file's `workers`
+  int shard = 0, shards = 1;  // run the runs with index % shards == shard
+  std::string executable = "/proc/self/exe";  // the attnlab binary the runs are started with
+  int cores = 0;              // 0 = the cores this process may run on
+};
+
+// Runs (or resumes) a sweep; progress lines go to `out`. Returns the exit status: 0 every run
+// complete, 1 some run failed (the others still ran), 3 stopped by SIGINT/SIGTERM (run the same
+// command again to continue). Errors in the sweep file throw before anything is launched.
+int run_sweep(const SweepOptions& options, std::ostream& out);
+
+// Writes DIR/sweep.sbatch: a Slurm job array of `shards` tasks, task i running
+// `attnlab sweep FILE --out DIR --shard i/shards --workers 1`. Returns the script's path.
+std::filesystem::path emit_slurm(const SweepOptions& options, int shards, int cpus_per_task);
+
+}  // namespace attnlab::runner

@@ -1,0 +1,338 @@
+// Running a sweep: every run's config resolved up front, then `attnlab run` child processes, at most `workers` at a time, each with
+// cores / workers threads so that the runs together never oversubscribe the machine.
+//
+// Fault tolerance comes from three facts: a run directory is complete exactly when its
+// summary.json exists (attnlab run writes it atomically, last); an unfinished run resumes from
+// its checkpoint when the same `attnlab run` command is repeated; and the store is rebuilt from
+// the run directories (INSERT OR REPLACE by run id) at every start. So the sweep itself keeps no
+// state that a kill -9 could corrupt. Children get PR_SET_PDEATHSIG = SIGKILL so that they die
+// with the sweep instead of running on unsupervised, and their own process group so that a
+// terminal's Ctrl-C reaches them once, forwarded by the sweep, rather than twice.
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include "experiments/runner/experiment.hpp"
+#include "experiments/runner/store.hpp"
+#include "experiments/runner/sweep.hpp"
+#include "tensor/io.hpp"
+
+namespace attnlab::runner {
+namespace fs = std::filesystem;
+namespace {
+
+// Signals reach the loop through a self-pipe: the handler only records the signal and writes a
+// byte, which wakes the poll() that waits for children.
+volatile sig_atomic_t g_stop_signal = 0;
+int g_wake_pipe[2] = {-1, -1};
+
+void on_signal(int sig) {
+  if (sig != SIGCHLD) g_stop_signal = sig;
+  const int saved = errno;
+  const char byte = 0;
+  [[maybe_unused]] ssize_t n = write(g_wake_pipe[1], &byte, 1);
+  errno = saved;
+}
+
+// Installs the handlers for the lifetime of one sweep and restores the previous ones after.
+class SignalScope {
+ public:
+  SignalScope() {
+    g_stop_signal = 0;
+    if (pipe2(g_wake_pipe, O_CLOEXEC | O_NONBLOCK) != 0) fail<FileError>("sweep: pipe2 failed: {}", std::strerror(errno));
+    struct sigaction sa {};
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_NOCLDSTOP;  // no SA_RESTART: a signal interrupts poll()
+    for (int i = 0; i < 3; ++i) sigaction(kSignals[i], &sa, &old_[i]);
+  }
+  ~SignalScope() {
+    for (int i = 0; i < 3; ++i) sigaction(kSignals[i], &old_[i], nullptr);
+    close(g_wake_pipe[0]);
+    close(g_wake_pipe[1]);
+    g_wake_pipe[0] = g_wake_pipe[1] = -1;
+  }
+  void wait(int timeout_ms) const {
+    pollfd p{g_wake_pipe[0], POLLIN, 0};
+    if (poll(&p, 1, timeout_ms) > 0) {
+      char buf[64];
+      while (read(g_wake_pipe[0], buf, sizeof buf) > 0) {
+      }
+    }
+  }
+
+ private:
+  static constexpr int kSignals[3] = {SIGINT, SIGTERM, SIGCHLD};
+  struct sigaction old_[3];
+};
+
+int available_cores() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+std::string read_file(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// Starts `exe args...` in `run_dir` with stdout and stderr appended to run_dir/stdout.txt.
+// Everything the child needs is built before fork(): between fork and exec only async-signal-safe
+// calls are allowed, as the parent may have other threads (BLAS, TBB).
+pid_t launch(const std::string& exe, const std::vector<std::string>& args, const fs::path& run_dir, int threads) {
+  std::vector<std::string> argv_s = {"attnlab"};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& s : argv_s) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  std::vector<std::string> env_s;
+  for (char** e = environ; *e; ++e)
+    if (std::strncmp(*e, "ATTNLAB_NUM_THREADS=", 20) != 0) env_s.emplace_back(*e);
+  env_s.push_back("ATTNLAB_NUM_THREADS=" + std::to_string(threads));
+  std::vector<char*> envp;
+  for (auto& s : env_s) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  const std::string log = (run_dir / "stdout.txt").string();
+  const pid_t parent = getpid();
+
+  const pid_t pid = fork();
+  if (pid < 0) fail<FileError>("sweep: fork failed: {}", std::strerror(errno));
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127);  // the sweep died before prctl took effect
+    setpgid(0, 0);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    signal(SIGINT, SIG_DFL), signal(SIGTERM, SIG_DFL), signal(SIGCHLD, SIG_DFL);
+    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd >= 0) dup2(fd, 1), dup2(fd, 2);
+    execve(exe.c_str(), argv.data(), envp.data());
+    const char msg[] = "attnlab sweep: exec of the attnlab executable failed\n";
+    [[maybe_unused]] ssize_t n = write(2, msg, sizeof msg - 1);
+    _exit(127);
+  }
+  return pid;
+}
+
+// Removes the temporary files (NAME.tmp.PID) that a kill -9 can leave behind an atomic write in
+// a run directory; none of this sweep's children is running yet, so none is in use.
+void remove_temp_files(const fs::path& run_dir) {
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(run_dir, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (it->is_regular_file() && name.find(".tmp.") != std::string::npos) fs::remove(it->path(), ec);
+  }
+}
+
+}  // namespace
+
+Config resolve_run_config(const SweepSpec& spec, const Point& point) {
+  const Experiment& e = find_experiment(spec.experiment);
+  Config c(e.schema);
+  if (!spec.preset.empty()) {
+    auto it = e.presets.find(spec.preset);
+    if (it == e.presets.end()) {
+      std::vector<std::string> known;
+      for (const auto& [name, text] : e.presets) known.push_back(name);
+      fail<SweepError>("{}: experiment '{}' has no preset '{}' (presets: {})", spec.path, spec.experiment, spec.preset,
+                       known.empty() ? "none" : fmt::format("{}", fmt::join(known, ", ")));
+    }
+    c.merge_toml(it->second, "preset " + spec.preset);
+  }
+  auto line_of_axis = [&](const std::string& key) {
+    if (key == "seed") return spec.seeds_line;
+    for (const auto* axes : {&spec.zip, &spec.grid})
+      for (const auto& a : *axes)
+        if (a.key == key) return a.line;
+    return 0;
+  };
+  for (const auto& a : spec.set) c.set_value(a.key, a.value, fmt::format("{}:{}", spec.path, a.line));
+  for (const auto& [k, v] : point) c.set_value(k, v, fmt::format("{}:{}", spec.path, line_of_axis(k)));
+  return c;
+}
+
+void validate_sweep(const SweepSpec& spec, const std::vector<Point>& points) {
+  for (const Point& p : points) resolve_run_config(spec, p);
+}
+
+int run_sweep(const SweepOptions& options, std::ostream& out) {
+  const SweepSpec spec = load_sweep(options.sweep_file);
+  const std::vector<Point> points = expand_sweep(spec);
+  validate_sweep(spec, points);
+  if (options.shards < 1 || options.shard < 0 || options.shard >= options.shards)
+    fail<ValueError>("sweep: --shard must be i/N with 0 <= i < N, got {}/{}", options.shard, options.shards);
+
+  const fs::path dir = options.dir.empty() ? default_sweep_dir(options.sweep_file) : options.dir;
+  fs::create_directories(dir / "runs");
+  // The copy pins the run numbering: another sweep file would give runs/0003 another meaning.
+  const fs::path copy = dir / "sweep.toml";
+  if (fs::exists(copy)) {
+    if (read_file(copy) != spec.text)
+      fail<SweepError>("{}: differs from {}, the sweep file this directory was created with; re-running it would "
+                       "renumber the runs (use another --out, or delete the directory)",
+                       spec.path, copy.string());
+  } else {
+    write_text_atomic(copy.string(), spec.text);
+  }
+
+  const bool sharded = options.shards > 1;
+  fs::path db_path = dir / "results.sqlite";
+  if (sharded) {
+    fs::create_directories(dir / "shards");
+    db_path = dir / "shards" / fmt::format("shard-{}-of-{}.sqlite", options.shard, options.shards);
+  }
+  Store store(db_path);
+
+  // This invocation's runs; the complete ones go to the store (covering a kill between a run's
+  // summary.json and its insert), the others are queued.
+  std::vector<int64_t> mine, queue;
+  for (int64_t i = 0; i < static_cast<int64_t>(points.size()); ++i)
+    if (i % options.shards == options.shard) mine.push_back(i);
+  const auto stored = store.complete_ids();
+  std::vector<RunRecord> missing;
+  for (int64_t i : mine) {
+    const fs::path rd = dir / run_dir_name(i);
+    if (fs::exists(rd / "summary.json")) {
+      if (!std::binary_search(stored.begin(), stored.end(), i)) missing.push_back(read_run_dir(i, rd));
+    } else {
+      queue.push_back(i);
+    }
+  }
+  store.put(missing);
+
+  // More workers than cores would oversubscribe however the threads are split.
+  const int cores = options.cores > 0 ? options.cores : available_cores();
+  const int workers = std::clamp(options.workers > 0 ? options.workers : spec.workers, 1, cores);
+  const int threads = std::max(1, cores / workers);
+  out << fmt::format("sweep {}: {} runs{}, {} complete, {} to run; {} workers x {} threads; results in {}\n", spec.path,
+                     mine.size(), sharded ? fmt::format(" in shard {}/{}", options.shard, options.shards) : "",
+                     mine.size() - queue.size(), queue.size(), workers, threads, db_path.string())
+      << std::flush;
+
+  SignalScope signals;
+  std::map<pid_t, int64_t> running;
+  std::map<pid_t, std::chrono::steady_clock::time_point> started;
+  size_t next = 0, done = 0;
+  int failed = 0, stopped = 0;
+  bool forwarded = false;
+  while ((next < queue.size() && !g_stop_signal) || !running.empty()) {
+    while (!g_stop_signal && next < queue.size() && static_cast<int>(running.size()) < workers) {
+      const int64_t i = queue[next++];
+      const fs::path rd = dir / run_dir_name(i);
+      fs::create_directories(rd);
+      remove_temp_files(rd);
+      write_text_atomic((rd / "point.json").string(), point_to_json(points[i]) + "\n");
+      const pid_t pid = launch(options.executable, run_arguments(spec, points[i], rd), rd, threads);
+      running[pid] = i;
+      started[pid] = std::chrono::steady_clock::now();
+      out << fmt::format("start {} ({}){}\n", rd.filename().string(), point_label(points[i]),
+                         fs::exists(rd / "checkpoint.safetensors") ? ", resuming from its checkpoint" : "")
+          << std::flush;
+    }
+    if (g_stop_signal && !forwarded) {
+      // The runs save a checkpoint and exit 3; the sweep waits for them.
+      for (const auto& [pid, i] : running) kill(pid, SIGTERM);
+      forwarded = true;
+      out << fmt::format("{}: stopping {} running run(s) at their next step\n", strsignal(g_stop_signal), running.size())
+          << std::flush;
+    }
+    int status = 0;
+    const pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid <= 0) {
+      signals.wait(500);
+      continue;
+    }
+    auto it = running.find(pid);
+    if (it == running.end()) continue;
+    const int64_t i = it->second;
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - started[pid]).count();
+    running.erase(it);
+    started.erase(pid);
+    const fs::path rd = dir / run_dir_name(i);
+    const std::string name = rd.filename().string();
+    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    if (code == 0 && fs::exists(rd / "summary.json")) {
+      store.put({read_run_dir(i, rd)});
+      ++done;
+      out << fmt::format("done  {} in {:.1f} s ({}/{} to go)\n", name, secs, queue.size() - next + running.size(),
+                         queue.size());
+    } else if (code == 3) {
+      ++stopped;
+      out << fmt::format("stop  {} (checkpoint saved; run the sweep again to continue)\n", name);
+    } else {
+      ++failed;
+      const std::string reason = WIFSIGNALED(status) ? fmt::format("killed by signal {}", WTERMSIG(status))
+                                 : code == 0         ? std::string("exit 0 without summary.json")
+                                                     : fmt::format("exit status {}", code);
+      store.put_failed(i, point_to_json(points[i]), reason);
+      out << fmt::format("FAIL  {} ({}): {}; see {}\n", name, point_label(points[i]), reason,
+                         (rd / "stdout.txt").string());
+    }
+    out << std::flush;
+  }
+
+  if (!sharded) store.export_csv(dir / "results.csv", axis_keys(spec));
+  out << fmt::format("sweep {}: {} run(s) completed now, {} failed, {} stopped, {} not started\n", spec.path, done,
+                     failed, stopped, queue.size() - next);
+  if (failed) return 1;
+  return g_stop_signal || stopped || next < queue.size() ? 3 : 0;
+}
+
+std::filesystem::path emit_slurm(const SweepOptions& options, int shards, int cpus_per_task) {
+  const SweepSpec spec = load_sweep(options.sweep_file);
+  validate_sweep(spec, expand_sweep(spec));
+  if (shards < 1) fail<ValueError>("sweep --emit-slurm: --shards must be at least 1, got {}", shards);
+  const fs::path dir = options.dir.empty() ? default_sweep_dir(options.sweep_file) : options.dir;
+  fs::create_directories(dir);
+  const fs::path copy = dir / "sweep.toml";
+  if (fs::exists(copy) && read_file(copy) != spec.text)
+    fail<SweepError>("{}: differs from {}, the sweep file this directory was created with", spec.path, copy.string());
+  if (!fs::exists(copy)) write_text_atomic(copy.string(), spec.text);
+  std::error_code ec;
+  std::string exe = fs::read_symlink(options.executable, ec).string();
+  if (ec || exe.empty()) exe = fs::absolute(options.executable).string();
+  // Absolute paths: a job array task starts in the submission directory, but may not share it
+  // with the shell that emitted the script.
+  const std::string file = fs::absolute(options.sweep_file).string(), out = fs::absolute(dir).string();
+  const std::string script = fmt::format(
+      "#!/bin/bash\n"
+      "# Written by `attnlab sweep --emit-slurm`: one array task per shard of {file}.\n"
+      "# Every task writes its own runs and its own shards/shard-i-of-{n}.sqlite into {out};\n"
+      "# `attnlab report {out}` merges them. Resubmitting resumes: complete runs are skipped.\n"
+      "#SBATCH --job-name=attnlab-sweep\n"
+      "#SBATCH --array=0-{last}\n"
+      "#SBATCH --ntasks=1\n"
+      "#SBATCH --cpus-per-task={cpus}\n"
+      "#SBATCH --output={out}/shards/slurm-%A_%a.out\n"
+      "#SBATCH --requeue\n"
+      "set -euo pipefail\n"
+      "export ATTNLAB_NUM_THREADS=\"${{SLURM_CPUS_PER_TASK:-{cpus}}}\"\n"
+      "exec '{exe}' sweep '{file}' --out '{out}' --shard \"$SLURM_ARRAY_TASK_ID/{n}\" --workers 1\n",
+      fmt::arg("file", file), fmt::arg("out", out), fmt::arg("n", shards), fmt::arg("last", shards - 1),
+      fmt::arg("cpus", cpus_per_task), fmt::arg("exe", exe));
+  fs::create_directories(dir / "shards");
+  const fs::path path = dir / "sweep.sbatch";
+  write_text_atomic(path.string(), script);
+  fs::permissions(path, fs::perms::owner_exec | fs::perms::group_exec, fs::perm_options::add);
+  return path;
+}
+
+}  // namespace attnlab::runner

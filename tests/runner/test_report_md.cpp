@@ -1,0 +1,119 @@
+// experiments/runner/report: the Markdown table (mean ± std over seeds) and the SVG plots of a
+// sweep directory, from run directories written here by hand.
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "experiments/runner/report.hpp"
+#include "experiments/runner/store.hpp"
+#include "helpers.hpp"
+#include "tensor/io.hpp"
+
+using namespace attnlab;
+using namespace attnlab::runner;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string read(const fs::path& p) {
+  std::ifstream f(p);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+void fake_run(const fs::path& dir, int id, const std::string& attention, int heads, int seed, double acc) {
+  const fs::path d = dir / fmt::format("runs/{:04d}", id);
+  fs::create_directories(d);
+  write_text_atomic((d / "point.json").string(),
+                    fmt::format(R"x({{"model.attention": "{}", "model.heads": {}, "seed": {}}})x", attention, heads, seed));
+  write_text_atomic((d / "config.toml").string(),
+                    fmt::format("seed = {}\n[model]\nattention = \"{}\"\nheads = {}\n", seed, attention, heads));
+  std::string lines;
+  for (int step = 1; step <= 3; ++step)
+    lines += fmt::format("{{\"step\": {}, \"time\": {}, \"train_loss\": {}}}\n", step * 10, step, 3.0 - step * acc);
+  write_text_atomic((d / "metrics.jsonl").string(), lines);
+  write_text_atomic((d / "summary.json").string(),
+                    fmt::format(R"x({{"experiment": "x", "status": "complete", "steps": 30, "seconds": {},
+                                    "peak_rss_mb": {}, "metrics": {{"val_acc": {}}}}})x",
+                                attention == "mha" ? 3.0 : 1.5, 100 * heads, acc));
+}
+
+}  // namespace
+
+TEST_CASE("report: mean ± std over seeds per configuration, sorted, with valid SVG plots") {
+  const fs::path dir = fs::temp_directory_path() / fmt::format("attnlab_report_{}", getpid());
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  write_text_atomic((dir / "sweep.toml").string(), R"x(experiment = "x"
+seeds = [0, 1, 2]
+[grid]
+"model.attention" = ["mha", "local(window=4)"]
+"model.heads" = [2, 4]
+[report]
+metric = "val_acc"
+x = "model.heads"
+curves = ["train_loss"]
+bubble = { x = "steps_per_s", y = "val_acc", size = "peak_rss_mb", label = "model.attention" }
+)x");
+  // Expansion order: attention, heads, seed. mha/2 scores 0.5, 0.6, 0.7; local/4 scores 0.8 x3.
+  const double acc[4][3] = {{0.5, 0.6, 0.7}, {0.55, 0.55, 0.55}, {0.2, 0.3, 0.4}, {0.8, 0.8, 0.8}};
+  int id = 0;
+  for (int a = 0; a < 2; ++a)
+    for (int h = 0; h < 2; ++h)
+      for (int s = 0; s < 3; ++s, ++id)
+        if (id != 8) fake_run(dir, id, a == 0 ? "mha" : "local(window=4)", 2 << h, s, acc[a * 2 + h][s]);
+  // Run 8 (local, 2 heads, seed 2) failed: in the store, not on disk.
+  Store(dir / "results.sqlite").put_failed(8, R"x({"model.attention": "local(window=4)", "model.heads": 2, "seed": 2})x",
+                                           "exit status 1");
+  std::ostringstream log;
+  const fs::path report = write_report(dir, log);
+  CHECK(report == dir / "report.md");
+  const std::string md = read(report);
+  CHECK(md.find("12 runs planned, 11 complete") != std::string::npos);
+  CHECK(md.find("| model.attention | model.heads | n | val_acc |") != std::string::npos);
+  // Sorted by val_acc, highest first; sample std (n - 1).
+  const size_t best = md.find("| `local(window=4)` | `4` | 3 | 0.8 ± 0 |");
+  const size_t second = md.find("| `mha` | `2` | 3 | 0.6 ± 0.1 |");
+  const size_t third = md.find("| `mha` | `4` | 3 | 0.55 ± 0 |");
+  const size_t last = md.find("| `local(window=4)` | `2` | 2 | 0.25 ± 0.071 |");
+  CHECK(best != std::string::npos);
+  CHECK(second != std::string::npos);
+  CHECK(third != std::string::npos);
+  CHECK(last != std::string::npos);
+  CHECK((best < second && second < third && third < last));
+  CHECK(md.find("runs/0008") != std::string::npos);  // listed under failed runs
+  for (const char* plot : {"plots/curve_train_loss.svg", "plots/val_acc_vs_model_heads.svg", "plots/bubble.svg"}) {
+    CAPTURE(plot);
+    CHECK(md.find(std::string("](") + plot + ")") != std::string::npos);
+    const std::string svg = read(dir / plot);
+    CHECK(svg.rfind("<svg xmlns=\"http://www.w3.org/2000/svg\"", 0) == 0);
+    CHECK(svg.find("</svg>") == svg.size() - 7);
+  }
+  const std::string bubble = read(dir / "plots/bubble.svg");
+  CHECK(bubble.find(">mha<") != std::string::npos);
+  CHECK(bubble.find(">local(window=4)<") != std::string::npos);
+  // results.csv: a header and one line per stored run (11 complete, 1 failed).
+  const std::string csv = read(dir / "results.csv");
+  CHECK(std::count(csv.begin(), csv.end(), '\n') == 13);
+  CHECK(csv.rfind("id,status,model.attention,model.heads,seed,", 0) == 0);
+  // Reporting again changes nothing: the runs are already stored.
+  write_report(dir, log);
+  CHECK(read(report) == md);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("report: a directory without sweep.toml, and an unknown headline metric, are errors") {
+  const fs::path dir = fs::temp_directory_path() / fmt::format("attnlab_report_bad_{}", getpid());
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::ostringstream log;
+  CHECK_THROWS_WITH_AS(write_report(dir, log), doctest::Contains("not a sweep directory (no sweep.toml)"), FileError);
+  write_text_atomic((dir / "sweep.toml").string(), "experiment = \"x\"\n[report]\nmetric = \"bleu\"\n");
+  fake_run(dir, 0, "mha", 2, 0, 0.5);
+  CHECK_THROWS_WITH_AS(write_report(dir, log), doctest::Contains("report.metric 'bleu' is not a metric of any run"),
+                       ValueError);
+  fs::remove_all(dir);
+}

@@ -1,0 +1,216 @@
+// `attnlab sweep` end to end, through the real executable: a sweep killed with kill -9 mid-run and
+// run again loses and duplicates nothing and ends with the same numbers as an uninterrupted one;
+// two shards run into one directory and merged by `attnlab report` equal an unsharded sweep.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+#include <toml++/toml.h>
+
+#include "experiments/runner/store.hpp"
+#include "helpers.hpp"
+#include "tensor/io.hpp"
+
+using namespace attnlab;
+using namespace attnlab::runner;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kAttnlab = ATTNLAB_BINARY_DIR "/attnlab";
+
+fs::path fresh_dir(const std::string& name) {
+  const fs::path d = fs::temp_directory_path() / fmt::format("attnlab_{}_{}", name, getpid());
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+std::string read(const fs::path& p) {
+  std::ifstream f(p);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// Starts `attnlab args...` with stdout and stderr going to `log`.
+pid_t spawn(const std::vector<std::string>& args, const fs::path& log) {
+  std::vector<std::string> all = {kAttnlab};
+  all.insert(all.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& s : all) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    dup2(fd, 1), dup2(fd, 2);
+    execv(kAttnlab.c_str(), argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+int wait_exit(pid_t pid) {
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+int run_attnlab(const std::vector<std::string>& args, const fs::path& log) { return wait_exit(spawn(args, log)); }
+
+// Final metrics by run id, leaving out the ones that measure time or memory.
+std::map<int64_t, std::map<std::string, double>> results(const fs::path& db) {
+  std::map<int64_t, std::map<std::string, double>> out;
+  for (const auto& row : Store(db).runs()) {
+    REQUIRE(row.status == "complete");
+    for (const auto& [name, v] : row.metrics)
+      if (name != "seconds" && name != "steps_per_s" && name != "peak_rss_mb") out[row.id][name] = v;
+  }
+  return out;
+}
+
+// Training curves by run id, "time" left out.
+std::map<int64_t, std::map<std::string, std::vector<std::pair<int64_t, double>>>> curves(const fs::path& db) {
+  Store s(db);
+  std::map<int64_t, std::map<std::string, std::vector<std::pair<int64_t, double>>>> out;
+  for (const auto& row : s.runs()) {
+    out[row.id] = s.curves(row.id);
+    out[row.id].erase("time");
+  }
+  return out;
+}
+
+// Every file of a sweep directory parses as what it claims to be; returns the number of
+// temporary files (NAME.tmp.PID) left by interrupted atomic writes.
+int check_files_parse(const fs::path& dir) {
+  int temps = 0;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    if (!e.is_regular_file()) continue;
+    const fs::path& p = e.path();
+    const std::string name = p.filename().string();
+    CAPTURE(p.string());
+    if (name.find(".tmp.") != std::string::npos) {
+      ++temps;
+    } else if (p.extension() == ".json") {
+      CHECK(nlohmann::json::accept(read(p)));
+    } else if (p.extension() == ".jsonl") {
+      std::istringstream lines(read(p));
+      std::string line;
+      while (std::getline(lines, line)) CHECK(nlohmann::json::accept(line));
+      CHECK((read(p).empty() || read(p).back() == '\n'));
+    } else if (p.extension() == ".toml") {
+      CHECK_NOTHROW((void)toml::parse(read(p)));
+    } else if (p.extension() == ".safetensors") {
+      CHECK_NOTHROW((void)load_safetensors(p.string()));
+    }
+  }
+  return temps;
+}
+
+// A sweep of 4 runs of the tiny example experiment, each long enough to be killed mid-run.
+std::string sweep_file(int steps) {
+  return fmt::format(R"x(experiment = "example"
+workers = 2
+seeds = [0, 1]
+[set]
+"train.steps" = {}
+"train.checkpoint_every" = 10
+[grid]
+"train.lr" = [0.003, 0.01]
+)x",
+                     steps);
+}
+
+}  // namespace
+
+TEST_CASE("sweep: kill -9 mid-run, run again: every run complete once, equal to an uninterrupted sweep") {
+  const fs::path root = fresh_dir("sweep_kill");
+  write_text_atomic((root / "s.toml").string(), sweep_file(300));
+  const fs::path ref = root / "ref", dir = root / "killed";
+  REQUIRE(run_attnlab({"sweep", (root / "s.toml").string(), "--out", ref.string()}, root / "ref.log") == 0);
+
+  const pid_t sweep = spawn({"sweep", (root / "s.toml").string(), "--out", dir.string()}, root / "killed.log");
+  // Wait until some run has saved a checkpoint and is still running, then kill the sweep.
+  bool mid_run = false;
+  for (int i = 0; i < 1000 && !mid_run; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    for (int r = 0; r < 4 && !mid_run; ++r) {
+      const fs::path rd = dir / fmt::format("runs/{:04d}", r);
+      mid_run = fs::exists(rd / "checkpoint.safetensors") && !fs::exists(rd / "summary.json");
+    }
+  }
+  REQUIRE(mid_run);
+  kill(sweep, SIGKILL);
+  CHECK(wait_exit(sweep) == 128 + SIGKILL);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the runs die of PR_SET_PDEATHSIG
+  int complete = 0;
+  for (int r = 0; r < 4; ++r) complete += fs::exists(dir / fmt::format("runs/{:04d}/summary.json", r));
+  CHECK(complete < 4);
+  check_files_parse(dir);
+
+  REQUIRE(run_attnlab({"sweep", (root / "s.toml").string(), "--out", dir.string()}, root / "killed.log") == 0);
+  const std::string log = read(root / "killed.log");
+  CHECK(log.find("resuming from its checkpoint") != std::string::npos);
+  CHECK(check_files_parse(dir) == 0);
+  for (int r = 0; r < 4; ++r) {
+    std::set<int64_t> steps;
+    std::istringstream lines(read(dir / fmt::format("runs/{:04d}/metrics.jsonl", r)));
+    std::string line;
+    while (std::getline(lines, line)) CHECK(steps.insert(nlohmann::json::parse(line)["step"].get<int64_t>()).second);
+  }
+  const auto got = results(dir / "results.sqlite"), want = results(ref / "results.sqlite");
+  CHECK(got.size() == 4);
+  CHECK(got == want);  // bitwise: resumed runs continue exactly where they stopped
+  CHECK(curves(dir / "results.sqlite") == curves(ref / "results.sqlite"));
+  // A third run finds nothing to do.
+  CHECK(run_attnlab({"sweep", (root / "s.toml").string(), "--out", dir.string()}, root / "third.log") == 0);
+  CHECK(read(root / "third.log").find("4 complete, 0 to run") != std::string::npos);
+  fs::remove_all(root);
+}
+
+TEST_CASE("sweep: shards 0/2 and 1/2 into one directory, merged by report, equal an unsharded sweep") {
+  const fs::path root = fresh_dir("sweep_shards");
+  write_text_atomic((root / "s.toml").string(), sweep_file(20));
+  const fs::path ref = root / "ref", dir = root / "sharded";
+  // One worker, as in each shard: a run's thread count (cores / workers) changes the last bits of
+  // its parallel reductions, so only runs with equal thread counts can be compared bitwise.
+  REQUIRE(run_attnlab({"sweep", (root / "s.toml").string(), "--out", ref.string(), "--workers", "1"}, root / "log") == 0);
+  const pid_t a = spawn({"sweep", (root / "s.toml").string(), "--out", dir.string(), "--shard", "0/2", "--workers", "1"},
+                        root / "log");
+  const pid_t b = spawn({"sweep", (root / "s.toml").string(), "--out", dir.string(), "--shard", "1/2", "--workers", "1"},
+                        root / "log");
+  CHECK(wait_exit(a) == 0);
+  CHECK(wait_exit(b) == 0);
+  CHECK(fs::exists(dir / "shards/shard-0-of-2.sqlite"));
+  CHECK(fs::exists(dir / "shards/shard-1-of-2.sqlite"));
+  CHECK_FALSE(fs::exists(dir / "results.sqlite"));
+  CHECK(Store(dir / "shards/shard-0-of-2.sqlite").complete_ids() == std::vector<int64_t>{0, 2});
+  CHECK(Store(dir / "shards/shard-1-of-2.sqlite").complete_ids() == std::vector<int64_t>{1, 3});
+  REQUIRE(run_attnlab({"report", dir.string()}, root / "log") == 0);
+  CHECK(results(dir / "results.sqlite") == results(ref / "results.sqlite"));
+  CHECK(curves(dir / "results.sqlite") == curves(ref / "results.sqlite"));
+  CHECK(fs::exists(dir / "report.md"));
+  CHECK(read(dir / "results.csv").size() > 0);
+
+  // --emit-slurm writes a job array over the same directory and runs nothing.
+  REQUIRE(run_attnlab({"sweep", (root / "s.toml").string(), "--out", dir.string(), "--emit-slurm", "--shards", "3"},
+                  root / "slurm.log") == 0);
+  const std::string sbatch = read(dir / "sweep.sbatch");
+  CHECK(sbatch.find("#SBATCH --array=0-2") != std::string::npos);
+  CHECK(sbatch.find("--shard \"$SLURM_ARRAY_TASK_ID/3\" --workers 1") != std::string::npos);
+  CHECK(read(root / "slurm.log").find("sbatch ") != std::string::npos);
+  // A different sweep file into the same directory is refused: it would renumber the runs.
+  write_text_atomic((root / "s.toml").string(), sweep_file(21));
+  CHECK(run_attnlab({"sweep", (root / "s.toml").string(), "--out", dir.string()}, root / "other.log") != 0);
+  CHECK(read(root / "other.log").find("would renumber the runs") != std::string::npos);
+  fs::remove_all(root);
+}
