@@ -230,9 +230,9 @@ std::string role_table(const AttentionStats& s, const HeadMatrix* importance, co
       out += fmt::format("| {} | {} | {:+d} ({:.3f}) | {} | {} |", i, num(r.confidence), r.offset, r.offset_share,
                          num(r.structural), num(r.rare_mass));
       auto at = [&](const HeadMatrix* m) { return l < m->size() && i < (*m)[l].size() ? (*m)[l][i] : NAN; };
-      if (importance) out += " " + num(at(importance)) + " |";
-      if (relevance) out += " " + num(at(relevance)) + " |";
-      out += " " + r.label() + " |\n";
+      if (importance) out += fmt::format(" {} |", num(at(importance)));
+      if (relevance) out += fmt::format(" {} |", num(at(relevance)));
+      out += fmt::format(" {} |\n", r.label());
     }
   }
   return out;
