@@ -37,5 +37,7 @@ void save_safetensors(const std::string& path, const TensorMap& tensors, const M
 // Writes `text` to `path` atomically (a temporary file, fsync, rename): a reader sees the old
 // file or the new one, never a half-written one. Errors are FileError naming the path.
 void write_text_atomic(const std::string& path, const std::string& text);
+// The whole file as bytes; FileError "<path>: cannot read" when it cannot be opened.
+std::string read_text(const std::string& path);
 
 }  // namespace attnlab

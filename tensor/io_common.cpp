@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <fstream>
+#include <sstream>
 #include <bit>
 #include <cerrno>
 #include <cmath>
@@ -200,6 +202,14 @@ void write_text_atomic(const std::string& path, const std::string& text) {
   io_detail::AtomicWriter w(path);
   w.write(text.data(), static_cast<int64_t>(text.size()));
   w.commit();
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail<FileError>("{}: cannot read", path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
 }
 
 }  // namespace attnlab

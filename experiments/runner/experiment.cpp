@@ -51,14 +51,6 @@ std::string utc_now_iso() {
   return buf;
 }
 
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) fail<FileError>("{}: cannot read", p.string());
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // stdout of a shell command, trailing newline removed; nullopt when it fails.
 std::optional<std::string> command_output(const std::string& cmd) {
   FILE* f = popen(cmd.c_str(), "r");

@@ -90,14 +90,6 @@ std::string file_name(const std::string& s) {
   return out;
 }
 
-std::string read_text(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  if (!f) fail<FileError>("{}: cannot read", p.string());
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
 // Merges the shard stores and any complete run directory not yet stored into `store`.
 void gather(const fs::path& dir, Store& store, std::ostream& out) {
   if (fs::is_directory(dir / "shards")) {

@@ -20,12 +20,10 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 namespace {
 
-std::string read_text(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  if (!f) fail<FileError>("{}: cannot read (the run directory is incomplete)", p.string());
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
+// A file a complete run directory must hold.
+std::string read_run_file(const fs::path& p) {
+  if (!fs::exists(p)) fail<FileError>("{}: cannot read (the run directory is incomplete)", p.string());
+  return read_text(p.string());
 }
 
 json parse_json(const std::string& text, const fs::path& p) {
@@ -52,7 +50,7 @@ void flatten_toml(const toml::table& t, const std::string& prefix, std::vector<s
 std::string config_json(const fs::path& p) {
   toml::table t;
   try {
-    t = toml::parse(read_text(p), p.string());
+    t = toml::parse(read_run_file(p), p.string());
   } catch (const toml::parse_error& e) {
     fail<FileError>("{}:{}: {}", p.string(), e.source().begin.line, e.description());
   }
@@ -128,7 +126,7 @@ RunRecord read_run_dir(int64_t id, const fs::path& dir) {
   RunRecord r;
   r.id = id;
   const fs::path summary_path = dir / "summary.json";
-  const json summary = parse_json(read_text(summary_path), summary_path);
+  const json summary = parse_json(read_run_file(summary_path), summary_path);
   try {
     r.status = summary.at("status").get<std::string>();
     r.steps = summary.value("steps", int64_t(0));
@@ -144,11 +142,11 @@ RunRecord read_run_dir(int64_t id, const fs::path& dir) {
   }
   r.finished_at = iso_utc(fs::last_write_time(summary_path));
   const fs::path point_path = dir / "point.json";
-  r.point_json = parse_json(read_text(point_path), point_path).dump();
+  r.point_json = parse_json(read_run_file(point_path), point_path).dump();
   r.config_json = config_json(dir / "config.toml");
   const fs::path curves_path = dir / "metrics.jsonl";
   if (fs::exists(curves_path)) {
-    std::istringstream lines(read_text(curves_path));
+    std::istringstream lines(read_run_file(curves_path));
     std::string line;
     int n = 0;
     while (std::getline(lines, line)) {
