@@ -1,0 +1,214 @@
+// `head_pruning`: the head-pruning reproduction (docs/results/pruning/).
+//  - Voita et al. 2019, "Analyzing Multi-Head Self-Attention: Specialized Heads Do the Heavy
+//    Lifting, the Rest Can Be Pruned": every head's output is multiplied by a Hard Concrete gate
+//    (Louizos et al. 2018) and the loss is CE + lambda * L0, L0 the expected number of open
+//    gates (nn::l0_penalty). Each evaluation logs every gate's eval-mode value
+//    ("gate.blocks.<l>.attn.<i>": the gate trajectories); at the end the heads whose gate is
+//    > 0.5 are kept and the closed ones pruned with prune_heads.
+//  - Michel et al. 2019, "Are Sixteen Heads Really Better than One?": the baseline. Head
+//    importance I = sum over batches |dL/dxi| (analysis::HeadImportance, on the validation set,
+//    normalised per layer), then the heads are masked one at a time in order of increasing
+//    importance, the test accuracy measured after each (acc_keep<k>, k heads left).
+// Summary: val_acc, test_acc (all heads), heads_total, heads_kept, masked_acc (closed heads'
+// head_mask = 0), pruned_acc (closed heads removed by prune_heads: equal to masked_acc),
+// attn_params_kept, acc_keep<k> for k = heads_total .. 0.
+// Artifacts: surviving_heads.txt, gates.svg (trajectories from metrics.jsonl),
+// accuracy_vs_heads.svg (the importance curve and this run's gate result).
+// Known limit: the gates' sampling generators are not in the checkpoint (experiments.md), so a
+// resumed gated run is correct but not bitwise equal to an uninterrupted one.
+#include <algorithm>
+#include <fstream>
+#include <numeric>
+
+#include <nlohmann/json.hpp>
+
+#include "attnlab.hpp"
+#include "experiments/analysis/heads.hpp"
+#include "experiments/analysis/probe.hpp"
+#include "experiments/catalog/models.hpp"
+#include "experiments/plot/svg.hpp"
+#include "experiments/runner/experiment.hpp"
+#include "experiments/runner/trainer.hpp"
+#include "nn/loss.hpp"
+
+namespace attnlab::catalog {
+namespace {
+
+using namespace runner;
+
+Schema pruning_schema() {
+  Schema s;
+  add_task_keys(s, "fashion_mnist");
+  add_model_keys(s, {.attention = "mha(heads=8,gate=hard_concrete,gate_init=0.25)", .d_model = 64, .layers = 2, .ffn_hidden = 128});
+  add_train_keys(s, {.steps = 500, .batch_size = 32, .lr = 3e-3, .warmup = 30, .eval_every = 25});
+  s.add("train.l0_lambda", 0.0, "weight of the expected-L0 gate penalty in the loss (0 = none)");
+  return s;
+}
+
+std::shared_ptr<nn::EncoderClassifier> clone(const nn::EncoderClassifier& model) {
+  auto out = std::make_shared<nn::EncoderClassifier>(model.config);
+  out->load_state_dict(model.state_dict());
+  out->eval();
+  return out;
+}
+
+// head_mask of layer l (hv).
+Tensor head_mask(const nn::EncoderClassifier& model, size_t l) {
+  return analysis::head_mask_of(*model.blocks->at<nn::TransformerBlock>(l), int64_t(l));
+}
+
+void set_mask(Tensor mask, int64_t head, double value) {
+  NoGradGuard no_grad;
+  Tensor entry = narrow(mask, 0, head, 1);  // (1), a view of the buffer
+  copy_(entry, full({1}, value, mask.dtype()));
+}
+
+// Attention parameters of the layers with at least one head kept: a layer whose heads are all
+// closed only adds its out_proj bias, a constant, so it counts as removed.
+int64_t attention_params(const nn::EncoderClassifier& model, const std::vector<std::vector<int64_t>>& keep) {
+  int64_t n = 0;
+  for (size_t l = 0; l < model.blocks->size(); ++l)
+    if (!keep[l].empty())
+      for (const Tensor& p : model.blocks->at<nn::TransformerBlock>(l)->attn->parameters()) n += p.numel();
+  return n;
+}
+
+// Gate trajectories from metrics.jsonl (complete across resumes, unlike anything in memory).
+void plot_gates(RunContext& ctx) {
+  std::map<std::string, plot::Series> series;
+  std::ifstream in(ctx.dir() / "metrics.jsonl");
+  std::string line;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.contains("step")) continue;
+    for (const auto& [key, value] : j.items())
+      if (key.rfind("gate.", 0) == 0 && value.is_number()) {
+        plot::Series& s = series[key];
+        s.name = key.substr(5);  // "blocks.0.attn.3"
+        s.x.push_back(j["step"].get<double>());
+        s.y.push_back(value.get<double>());
+      }
+  }
+  plot::LineChart chart;
+  chart.title = fmt::format("Hard Concrete gates (eval mode), lambda = {}", ctx.config().get_float("train.l0_lambda"));
+  chart.x_label = "step";
+  chart.y_label = "gate value";
+  for (auto& [k, s] : series) chart.series.push_back(std::move(s));
+  plot::save_svg(ctx.artifact_path("gates.svg").string(), chart);
+}
+
+void run_pruning(const Config& config, RunContext& ctx) {
+  const TaskData& task = ctx.data();
+  auto model = build_classifier(config, task);
+  const double lambda = config.get_float("train.l0_lambda");
+  if (lambda < 0) fail<ConfigError>("train.l0_lambda: expected >= 0, got {}", lambda);
+  data::DataLoader loader(task.train, config.get_int("train.batch_size"), /*shuffle=*/true,
+                          uint64_t(config.get_int("seed")), /*drop_last=*/true);
+  Trainer trainer(ctx, *model);
+  trainer.add_loader("train", loader);
+  trainer.loss = [&](int64_t) {
+    data::Batch b = loader.next();
+    Tensor ce = nn::cross_entropy(model->forward(b.inputs, task.padding_mask(b.inputs)), b.targets);  // (B, C) vs (B)
+    return lambda > 0 ? ce + nn::l0_penalty(*model) * lambda : ce;
+  };
+  trainer.evaluate = [&](int64_t) {
+    Scores s = evaluate_classifier(*model, task, task.val);
+    std::map<std::string, double> m{{"val_acc", s.accuracy}, {"val_loss", s.loss}};
+    for (const auto& [name, g] : analysis::gate_metrics(*model)) m[name] = g;
+    return m;
+  };
+  if (!trainer.fit()) return;
+  model->eval();
+  const double test_acc = evaluate_classifier(*model, task, task.test).accuracy;
+  ctx.summary("val_acc", evaluate_classifier(*model, task, task.val).accuracy);
+  ctx.summary("test_acc", test_acc);
+
+  // Gates: heads with an eval-mode gate value > 0.5 survive. gate_values lists the attention
+  // modules in named_modules order, which is block order.
+  const auto gates = analysis::gate_values(*model);
+  if (gates.size() != model->blocks->size())
+    fail<ValueError>("head_pruning: {} gated attention modules for {} blocks", gates.size(), model->blocks->size());
+  std::vector<std::vector<int64_t>> keep(gates.size());
+  int64_t total = 0, kept = 0;
+  std::string survivors = "# layer.head gate (heads with gate > 0.5 survive)\n", names;
+  for (size_t l = 0; l < gates.size(); ++l)
+    for (size_t i = 0; i < gates[l].second.size(); ++i) {
+      ++total;
+      const double g = gates[l].second[i];
+      if (g > 0.5) {
+        keep[l].push_back(int64_t(i));
+        ++kept;
+        survivors += fmt::format("{}.{} {:.4f}\n", l, i, g);
+        names += fmt::format("{}{}.{}", names.empty() ? "" : " ", l, i);
+      }
+    }
+  write_text_atomic(ctx.artifact_path("surviving_heads.txt").string(), survivors);
+  ctx.logf("head_pruning: lambda {}: {} of {} heads survive: {}", lambda, kept, total, names.empty() ? "none" : names);
+
+  // The closed heads masked (head_mask = 0) and pruned (prune_heads): the same function.
+  auto masked = clone(*model);
+  for (size_t l = 0; l < keep.size(); ++l)
+    for (int64_t i = 0; i < int64_t(gates[l].second.size()); ++i)
+      if (std::find(keep[l].begin(), keep[l].end(), i) == keep[l].end()) set_mask(head_mask(*masked, l), i, 0.0);
+  auto pruned = clone(*model);
+  for (size_t l = 0; l < keep.size(); ++l) {
+    auto block = pruned->blocks->at<nn::TransformerBlock>(l);
+    if (keep[l].empty())  // prune_heads needs one head: a layer with none keeps its heads, all masked
+      for (int64_t i = 0; i < int64_t(gates[l].second.size()); ++i) set_mask(head_mask(*pruned, l), i, 0.0);
+    else
+      block->attn = block->attn->prune_heads(keep[l]);  // forward uses block->attn
+  }
+  const double masked_acc = evaluate_classifier(*masked, task, task.test).accuracy;
+  const double pruned_acc = evaluate_classifier(*pruned, task, task.test).accuracy;
+  ctx.summary("heads_total", double(total));
+  ctx.summary("heads_kept", double(kept));
+  ctx.summary("masked_acc", masked_acc);
+  ctx.summary("pruned_acc", pruned_acc);
+  std::vector<std::vector<int64_t>> all(keep.size(), std::vector<int64_t>{0});
+  ctx.summary("attn_params_kept", double(attention_params(*pruned, keep)) / double(attention_params(*model, all)));
+  plot_gates(ctx);
+
+  // Michel et al.'s baseline on this run's model: importance on the validation set, then heads
+  // masked in order of increasing importance (ties: layer, then head).
+  analysis::HeadImportance importance(analysis::classifier_probe(*model, task.pad_id));
+  data::DataLoader val(task.val, 64, /*shuffle=*/false, 0);
+  for (int64_t b = 0; b < val.size(); ++b) importance.add(val.next());
+  const analysis::HeadMatrix score = importance.normalized();
+  std::vector<std::pair<size_t, size_t>> order;
+  for (size_t l = 0; l < score.size(); ++l)
+    for (size_t i = 0; i < score[l].size(); ++i) order.emplace_back(l, i);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](auto a, auto b) { return score[a.first][a.second] < score[b.first][b.second]; });
+  auto removing = clone(*model);
+  plot::Series curve{"importance order (Michel et al.)", {}, {}};
+  for (size_t removed = 0; removed <= order.size(); ++removed) {
+    if (removed > 0) set_mask(head_mask(*removing, order[removed - 1].first), int64_t(order[removed - 1].second), 0.0);
+    const int64_t left = int64_t(order.size() - removed);
+    const double acc = evaluate_classifier(*removing, task, task.test).accuracy;
+    ctx.summary(fmt::format("acc_keep{}", left), acc);
+    curve.x.push_back(double(left));
+    curve.y.push_back(acc);
+  }
+  plot::LineChart chart;
+  chart.title = fmt::format("Test accuracy against heads kept (lambda = {})", lambda);
+  chart.x_label = "heads kept";
+  chart.y_label = "test accuracy";
+  chart.series = {curve, plot::Series{"Hard Concrete gates (this run)", {double(kept)}, {pruned_acc}}};
+  plot::save_svg(ctx.artifact_path("accuracy_vs_heads.svg").string(), chart);
+}
+
+const bool registered = register_experiment({
+    .name = "head_pruning",
+    .description = "gated classifier with an L0 penalty: gate trajectories, heads kept, pruned accuracy; "
+                   "importance-order pruning baseline",
+    .schema = pruning_schema(),
+    .presets = {{"quick", "task.train_size = 4000\ntrain.steps = 500\n"},
+                {"full",
+                 "task.train_size = 20000\ntask.val_size = 2000\ntask.test_size = 2000\nmodel.d_model = 128\n"
+                 "model.attention = \"mha(heads=8,gate=hard_concrete,gate_init=0.25)\"\nmodel.layers = 3\nmodel.ffn_hidden = 256\n"
+                 "train.steps = 3000\ntrain.eval_every = 100\n"}},
+    .run = run_pruning,
+});
+
+}  // namespace
+}  // namespace attnlab::catalog
