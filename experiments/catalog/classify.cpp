@@ -24,7 +24,7 @@ Schema classify_schema() {
 void run_classify(const Config& config, RunContext& ctx) {
   const TaskData& task = ctx.data();
   auto model = build_classifier(config, task);
-  ctx.logf("classify: {} on {} ({} parameters)", config.get_string("model.attention"), task.name,
+  ctx.logf("classify: {} on {} ({} parameters)", attention_spec(config), task.name,
            model->num_parameters());
   data::DataLoader loader(task.train, config.get_int("train.batch_size"), /*shuffle=*/true,
                           uint64_t(config.get_int("seed")), /*drop_last=*/true);

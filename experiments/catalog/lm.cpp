@@ -29,7 +29,7 @@ void run_lm(const Config& config, RunContext& ctx) {
   const TaskData& task = ctx.data();
   auto model = build_lm(config, task);
   const int64_t batch = config.get_int("train.batch_size"), n = task.seq_len;
-  ctx.logf("lm: {} on {} ({} parameters, context {})", config.get_string("model.attention"), task.name,
+  ctx.logf("lm: {} on {} ({} parameters, context {})", attention_spec(config), task.name,
            model->num_parameters(), n);
   auto loss_of = [&](const Tensor& x, const Tensor& y) {
     Tensor logits = model->forward(x);  // (B, N, V)

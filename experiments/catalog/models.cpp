@@ -8,6 +8,7 @@
 
 #include "autograd/grad_mode.hpp"
 #include "experiments/runner/experiment.hpp"
+#include "nn/attention/registry.hpp"
 #include "nn/loss.hpp"
 
 namespace attnlab::catalog {
@@ -22,7 +23,39 @@ runner::Schema& add_model_keys(runner::Schema& s, const ModelDefaults& d) {
       .add("model.layers", d.layers, "transformer blocks")
       .add("model.ffn_hidden", d.ffn_hidden, "feed-forward hidden size, 0 = 4 d_model")
       .add("model.dropout", d.dropout, "dropout on the residual branches")
-      .add("model.pooling", d.pooling, "classifiers: cls | mean");
+      .add("model.pooling", d.pooling, "classifiers: cls | mean")
+      .add("model.heads", d.heads, "> 0 overrides the attention spec's heads option (0 = as in the spec)")
+      .add("model.key_size", d.key_size, "> 0 overrides the attention spec's key_size option (0 = as in the spec)");
+}
+
+// Numeric keys for two spec options, so that a sweep can put the head count or the key size on
+// a report's x axis (a spec string is not a number). The override replaces the option where the
+// spec writes it, or appends it.
+std::string attention_spec(const Config& c) {
+  const std::string& text = c.get_string("model.attention");
+  nn::Spec spec = nn::parse_spec(text);
+  bool changed = false;
+  for (const char* option : {"heads", "key_size"}) {
+    const std::string key = std::string("model.") + option;
+    const int64_t value = c.get_int(key);
+    if (value < 0) fail<ConfigError>("{} must be >= 0 (0 = as in the spec), got {} (from {})", key, value, c.origin(key));
+    if (value == 0) continue;
+    const nn::Variant* variant = nullptr;
+    for (const auto& v : nn::variants())
+      if (v.schema.name == spec.name) variant = &v;
+    if (!variant) continue;  // make_attention names the unknown variant
+    bool has = false;
+    for (const auto& o : variant->schema.options) has = has || o.name == option;
+    if (!has)
+      fail<ConfigError>("{} = {} (from {}): attention '{}' has no option '{}'", key, value, c.origin(key), spec.name,
+                        option);
+    bool replaced = false;
+    for (auto& [name, v] : spec.options)
+      if (name == option) v = std::to_string(value), replaced = true;
+    if (!replaced) spec.options.emplace_back(option, std::to_string(value));
+    changed = true;
+  }
+  return changed ? nn::to_string(spec) : text;
 }
 
 namespace {
@@ -30,7 +63,7 @@ namespace {
 nn::BlockConfig block(const Config& c) {
   nn::BlockConfig b;
   b.d_model = c.get_int("model.d_model");
-  b.attention = c.get_string("model.attention");
+  b.attention = attention_spec(c);
   b.ffn_hidden = c.get_int("model.ffn_hidden");
   b.dropout = c.get_float("model.dropout");
   if (b.d_model < 1 || c.get_int("model.layers") < 1 || b.ffn_hidden < 0 || b.dropout < 0 || b.dropout >= 1)

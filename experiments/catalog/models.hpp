@@ -5,6 +5,8 @@
 //   model.attention   attention spec string (docs/attention.md), e.g. "talking_heads(heads=8)"
 //   model.d_model, model.layers, model.ffn_hidden (0 = 4 d_model), model.dropout,
 //   model.pooling     cls | mean (classifiers)
+//   model.heads, model.key_size   0 = as in the spec; > 0 overrides the spec's `heads` /
+//                     `key_size` option, so a sweep can vary them as numbers (a report's x axis)
 #pragma once
 #include <filesystem>
 #include <memory>
@@ -22,8 +24,15 @@ struct ModelDefaults {
   int64_t ffn_hidden = 128;
   double dropout = 0.0;
   std::string pooling = "mean";
+  int64_t heads = 0;     // 0 = the spec's
+  int64_t key_size = 0;  // 0 = the spec's
 };
 runner::Schema& add_model_keys(runner::Schema& schema, const ModelDefaults& defaults = {});
+
+// model.attention with the model.heads / model.key_size overrides applied, e.g. "mha(heads=4)" with
+// model.heads = 8 gives "mha(heads=8)". ConfigError when an override is negative or the variant has
+// no such option (fnet, mixer have no heads).
+std::string attention_spec(const runner::Config& config);
 
 // An encoder classifier for a classification task (token or feature inputs, one label per
 // example). ConfigError for a language-modelling or per-position task.
