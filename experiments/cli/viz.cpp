@@ -358,7 +358,7 @@ function build() {
       const r = document.createElement("tr");
       r.dataset.layer = s.layer;
       r.dataset.head = s.head;
-      for (const v of [s.layer, s.head, s.role, fmt(s.confidence), s.offset + " (" + fmt(s.offset_share) + ")",
+      for (const v of [s.layer, s.head, s.role, fmt(s.confidence), (s.offset > 0 ? "+" : "") + s.offset + " (" + fmt(s.offset_share) + ")",
                        fmt(s.importance), fmt(s.relevance)]) {
         const c = document.createElement("td");
         c.textContent = v;
