@@ -15,6 +15,7 @@
 #include "experiments/analysis/statistics.hpp"
 #include "experiments/cli/heads_commands.hpp"
 #include "experiments/data/listops.hpp"
+#include "experiments/plot/png.hpp"
 #include "tensor/io.hpp"
 
 namespace attnlab::cli {
@@ -222,16 +223,23 @@ int analyze(const AnalyzeOptions& o, std::ostream& out) {
       labels.push_back(png_label(axis_label(run, t, p)));
     }
     Tensor index = from_vector(keep);
+    const int n = int(keep.size());
     for (size_t l = 0; l < stats.layers.size(); ++l) {
       Tensor m = index_select(index_select(stats.layers[l].kept[k], 1, index), 2, index);  // (h, n, n)
+      const std::vector<double> P = to(m, kFloat64).to_vector<double>();
       const fs::path sub = dir / "maps" / fmt::format("layer{}", l);
-      // One example per call (its own length), so the files come back as attention_b0_h<i>:
-      // written into a scratch folder, then moved to attention_b<k>_h<i>.
-      const fs::path scratch = sub / fmt::format(".example{}", k);
-      const auto written = analysis::save_attention_maps(scratch.string(), unsqueeze(m, 0), labels, labels);
-      for (size_t i = 0; i < written.size(); ++i, ++map_files)
-        fs::rename(written[i], sub / fmt::format("attention_b{}_h{}.png", k, i));
-      fs::remove_all(scratch);
+      fs::create_directories(sub);
+      for (int64_t i = 0; i < m.size(0); ++i, ++map_files) {
+        // As save_attention_maps draws them, titled with the layer and the example's index.
+        plot::Heatmap h;
+        h.title = fmt::format("layer {} head {}, example {}", l, i, k);
+        h.rows = h.cols = n;
+        h.values.assign(P.begin() + i * n * n, P.begin() + (i + 1) * n * n);
+        h.row_labels = h.col_labels = labels;
+        h.row_axis = "query", h.col_axis = "key";
+        h.vmin = 0;
+        plot::save_heatmap((sub / fmt::format("attention_b{}_h{}.png", k, i)).string(), h);
+      }
     }
   }
 
@@ -311,7 +319,10 @@ int analyze(const AnalyzeOptions& o, std::ostream& out) {
   if (j["metrics"].is_object()) {
     std::string m;
     for (auto& [k, v] : j["metrics"].items())
-      if (v.is_number()) m += fmt::format("{}{} = {:.4g}", m.empty() ? "" : ", ", k, v.get<double>());
+      if (v.is_number_integer() || (v.is_number() && v.get<double>() == std::round(v.get<double>())))
+        m += fmt::format("{}{} = {:.0f}", m.empty() ? "" : ", ", k, v.get<double>());
+      else if (v.is_number())
+        m += fmt::format("{}{} = {:.4g}", m.empty() ? "" : ", ", k, v.get<double>());
     md += "Final metrics: " + m + ".\n";
   }
   md += fmt::format("Measured on the first {} validation examples.\n\n", stats.examples);
