@@ -186,7 +186,7 @@ json page_data(const std::string& html) {
   return json::parse(html.substr(a + open.size(), b - a - open.size()));
 }
 
-TEST_CASE("viz: the page is self-contained and bounded; options out of range are refused") {
+TEST_CASE("viz: the page is self-contained and bounded, and options out of range are refused") {
   const fs::path run = lm_run();
   cli::VizOptions o;
   o.run_dir = run;
