@@ -1,6 +1,7 @@
 // The attnlab command-line tool: CLI11 subcommands, one line each below. `run` and `list`
 // (experiments/cli/run.hpp) drive the experiment runner; `sweep` and `report`
-// (experiments/cli/sweep_commands.hpp, docs/sweeps.md) run many runs and summarise them; `variants`, `inspect` and `generate`
+// (experiments/cli/sweep_commands.hpp, docs/sweeps.md) run many runs and summarise them; `analyze`
+// and `viz` (experiments/cli/heads_commands.hpp) study a finished run's heads; `variants`, `inspect` and `generate`
 // (experiments/cli/commands.hpp, docs/cli.md) parse their own arguments; `demo` shows the
 // engine: a two-layer MLP fitted by gradient descent on generated data.
 #include <cstdio>
@@ -11,6 +12,7 @@
 
 #include "attnlab.hpp"
 #include "experiments/cli/commands.hpp"
+#include "experiments/cli/heads_commands.hpp"
 #include "experiments/cli/run.hpp"
 #include "experiments/cli/sweep_commands.hpp"
 
@@ -82,6 +84,8 @@ int main(int argc, char** argv) {
   cli::add_run_command(app, status, command_line);
   cli::add_list_command(app, status);
   cli::add_sweep_commands(app, status);  // sweep, report
+  cli::add_analyze_command(app, status);
+  cli::add_viz_command(app, status);
   app.add_subcommand("demo", "fit a two-layer MLP by gradient descent and print the loss falling")
       ->callback([&] { status = demo(); });
   add_forwarding(app, "variants",
