@@ -38,11 +38,11 @@ experiment = "classify"
 workers = 2
 
 [set]
-"task.name" = "recall"            # 8 key/value pairs and a query -> the query's value (N = 17)
-"task.num_pairs" = 8
-"task.num_keys" = 16
-"task.num_values" = 16
-"task.train_size" = 4000
+"task.name" = "recall"            # 4 key/value pairs and a query -> the query's value (N = 9)
+"task.num_pairs" = 4
+"task.num_keys" = 8
+"task.num_values" = 8              # chance: 1/8
+"task.train_size" = 20000          # more examples than the run sees: no memorising
 "model.d_model" = 64
 "model.layers" = 2
 "model.ffn_hidden" = 128
