@@ -4,6 +4,7 @@
 //   attnlab inspect --spec SPEC --d-model D (--weights W | --init) --input X --out OUT ...
 //   attnlab generate --checkpoint FILE [--prompt TEXT] [--tokens N] [--temperature T] ...
 //   attnlab explain SPEC --d-model D --seq N [--batch B]
+//   attnlab demo [--out DIR] [--steps N] [--workers N] | --mlp   (the attention shoot-out)
 // Each returns the process exit status: 0 success, 1 a failure while running (bad spec, file,
 // tensor name, shape or dtype), 2 a usage error (unknown or missing option, unparsable value).
 // Messages go to `err`, one line starting with "attnlab <command>:".
@@ -25,10 +26,12 @@ int run_variants(const std::vector<std::string>& args, std::ostream& out, std::o
 int run_inspect(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 int run_generate(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 int run_explain(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+int run_demo(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 void variants_usage(std::ostream& out);
 void inspect_usage(std::ostream& out);
 void generate_usage(std::ostream& out);
 void explain_usage(std::ostream& out);
+void demo_usage(std::ostream& out);
 
 // ---- shared by the commands ----
 

@@ -1,9 +1,9 @@
 // The attnlab command-line tool: CLI11 subcommands, one line each below. `run` and `list`
 // (experiments/cli/run.hpp) drive the experiment runner; `sweep` and `report`
 // (experiments/cli/sweep_commands.hpp, docs/sweeps.md) run many runs and summarise them; `analyze`
-// and `viz` (experiments/cli/heads_commands.hpp) study a finished run's heads; `variants`, `inspect` and `generate`
-// (experiments/cli/commands.hpp, docs/cli.md) parse their own arguments; `demo` shows the
-// engine: a two-layer MLP fitted by gradient descent on generated data.
+// and `viz` (experiments/cli/heads_commands.hpp) study a finished run's heads; `variants`, `inspect`
+// and `generate` (experiments/cli/commands.hpp, docs/cli.md) parse their own arguments; `demo`
+// (experiments/cli/demo.cpp) is the attention shoot-out of `make demo`.
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -19,47 +19,6 @@
 namespace {
 
 using namespace attnlab;
-
-int demo() {
-  // Regression target y = sin(3 x0) + 0.5 x1^2 - x0 x1 on 512 random points in [-1, 1]^2.
-  Generator gen(42);
-  Tensor x = rand({512, 2}, gen, kFloat32, -1, 1);
-  Tensor x0 = select(x, 1, 0), x1 = select(x, 1, 1);
-  Tensor y = unsqueeze(sin(x0 * 3.0) + square(x1) * 0.5 - x0 * x1, 1);  // (512, 1)
-
-  const int64_t hidden = 64;
-  Tensor w1 = randn({2, hidden}, gen, kFloat32, 0, 1.0 / std::sqrt(2.0)).requires_grad_();
-  Tensor b1 = zeros({hidden}).requires_grad_();
-  Tensor w2 = randn({hidden, 1}, gen, kFloat32, 0, 1.0 / std::sqrt(double(hidden))).requires_grad_();
-  Tensor b2 = zeros({1}).requires_grad_();
-  std::vector<Tensor*> params = {&w1, &b1, &w2, &b2};
-
-  std::printf("attnlab demo: a 2-64-1 tanh MLP fitted by gradient descent (lr 0.1, momentum 0.9)\n");
-  std::vector<Tensor> velocity;
-  for (Tensor* p : params) velocity.push_back(zeros_like(*p));
-  const int steps = 2000;
-  double first = 0, last = 0;
-  for (int step = 0; step <= steps; ++step) {
-    Tensor h = tanh(matmul(x, w1) + b1);  // (512, 64)
-    Tensor pred = matmul(h, w2) + b2;     // (512, 1)
-    Tensor loss = mean(square(pred - y));
-    for (Tensor* p : params) p->set_grad(Tensor());
-    loss.backward();
-    {
-      NoGradGuard no_grad;
-      for (size_t i = 0; i < params.size(); ++i) {
-        mul_(velocity[i], 0.9);
-        add_(velocity[i], params[i]->grad());
-        add_(*params[i], velocity[i], -0.1);
-      }
-    }
-    last = loss.item();
-    if (step == 0) first = last;
-    if (step % 200 == 0) std::printf("step %5d  mse %.6f\n", step, last);
-  }
-  std::printf("loss fell from %.4f to %.6f (%.0fx)\n", first, last, first / last);
-  return last < first / 10 ? 0 : 1;
-}
 
 // A subcommand whose arguments go unparsed to an existing run_* function (which has its own
 // --help and error messages).
@@ -86,8 +45,9 @@ int main(int argc, char** argv) {
   cli::add_sweep_commands(app, status);  // sweep, report
   cli::add_analyze_command(app, status);
   cli::add_viz_command(app, status);
-  app.add_subcommand("demo", "fit a two-layer MLP by gradient descent and print the loss falling")
-      ->callback([&] { status = demo(); });
+  add_forwarding(app, "demo",
+                 "the attention shoot-out: six variants trained on associative recall, results table and "
+                 "report with a bubble chart (attnlab demo --help)", status, cli::run_demo);
   add_forwarding(app, "variants",
                  "list the attention variants and their options; --params SPEC --d-model D lists a "
                  "layer's parameters and buffers", status, cli::run_variants);

@@ -33,7 +33,7 @@ void add_sweep_commands(CLI::App& app, int& status) {
   struct SweepArgs {
     runner::SweepOptions options;
     std::string out, shard;
-    bool emit_slurm = false;
+    bool emit_slurm = false, dry_run = false;
     int shards = 4, cpus_per_task = 2;
   };
   auto a = std::make_shared<SweepArgs>();
@@ -53,12 +53,19 @@ void add_sweep_commands(CLI::App& app, int& status) {
                                          "(merge with `attnlab report DIR`)");
   sweep->add_flag("--emit-slurm", a->emit_slurm, "write DIR/sweep.sbatch, a Slurm job array with one task per shard, "
                                                  "and run nothing");
+  sweep->add_flag("--dry-run", a->dry_run, "list the runs (id and axis values) and validate every run's config, "
+                                           "building its attention spec; launch nothing");
   sweep->add_option("--shards", a->shards, "with --emit-slurm: the number of array tasks (default 4)")
       ->check(CLI::Range(1, 100000));
   sweep->add_option("--cpus-per-task", a->cpus_per_task, "with --emit-slurm: cores per array task (default 2)")
       ->check(CLI::Range(1, 1024));
   sweep->callback([a, &status] {
     runner::SweepOptions& o = a->options;
+    if (a->dry_run) {
+      runner::dry_run_sweep(o.sweep_file, std::cout);
+      status = 0;
+      return;
+    }
     if (!a->out.empty()) o.dir = a->out;
     if (!a->shard.empty()) std::tie(o.shard, o.shards) = parse_shard(a->shard);
     if (a->emit_slurm) {

@@ -104,8 +104,16 @@ std::string point_label(const Point& point);
 // The run's config as `attnlab run` will resolve it: schema defaults < preset < [set] < point.
 // ConfigError naming the sweep file and line of the offending key.
 Config resolve_run_config(const SweepSpec& spec, const Point& point);
-// Resolves every run's config before anything is launched; the first error is thrown.
+// Resolves every run's config before anything is launched; the first error is thrown. Where the
+// experiment has `model.attention` and `model.d_model`, each distinct pair is also built once
+// (nn::make_attention), so an unknown variant or option fails here rather than in a run; checks
+// that need the sequence length (a block size dividing N) still happen when the run starts.
 void validate_sweep(const SweepSpec& spec, const std::vector<Point>& points);
+
+// `attnlab sweep FILE --dry-run`: parses, expands and validates (validate_sweep) the file and
+// prints one line per run, "0003  model.attention=mha(heads=4), seed=0", launching nothing.
+// Errors throw as validate_sweep's do.
+void dry_run_sweep(const std::string& sweep_file, std::ostream& out);
 
 // The `attnlab run` arguments of one run (without the executable).
 std::vector<std::string> run_arguments(const SweepSpec& spec, const Point& point, const std::filesystem::path& run_dir);

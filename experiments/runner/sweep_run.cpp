@@ -22,11 +22,13 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <thread>
 
 #include "experiments/runner/experiment.hpp"
 #include "experiments/runner/store.hpp"
+#include "nn/attention/registry.hpp"
 #include "experiments/runner/sweep.hpp"
 #include "tensor/io.hpp"
 
@@ -170,7 +172,29 @@ Config resolve_run_config(const SweepSpec& spec, const Point& point) {
 }
 
 void validate_sweep(const SweepSpec& spec, const std::vector<Point>& points) {
-  for (const Point& p : points) resolve_run_config(spec, p);
+  std::set<std::pair<std::string, int64_t>> built;  // (spec, d_model) pairs already checked
+  for (size_t i = 0; i < points.size(); ++i) {
+    const Config c = resolve_run_config(spec, points[i]);
+    if (!c.schema().find("model.attention") || !c.schema().find("model.d_model")) continue;
+    const std::string attention = c.get_string("model.attention");
+    const int64_t d_model = c.get_int("model.d_model");
+    if (!built.insert({attention, d_model}).second) continue;
+    try {
+      nn::make_attention(attention, d_model);
+    } catch (const Error& e) {
+      fail<SweepError>("{}: run {} ({}): model.attention '{}' with model.d_model {} does not build: {}", spec.path, i,
+                       point_label(points[i]), attention, d_model, e.what());
+    }
+  }
+}
+
+void dry_run_sweep(const std::string& sweep_file, std::ostream& out) {
+  const SweepSpec spec = load_sweep(sweep_file);
+  const std::vector<Point> points = expand_sweep(spec);
+  validate_sweep(spec, points);
+  out << fmt::format("sweep {}: experiment {}{}, {} runs, every config valid (dry run: nothing launched)\n", spec.path,
+                     spec.experiment, spec.preset.empty() ? "" : fmt::format(" (preset {})", spec.preset), points.size());
+  for (size_t i = 0; i < points.size(); ++i) out << fmt::format("{:04d}  {}\n", i, point_label(points[i]));
 }
 
 int run_sweep(const SweepOptions& options, std::ostream& out) {

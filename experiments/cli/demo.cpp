@@ -1,0 +1,227 @@
+// `attnlab demo` (`make demo`): the attention shoot-out. A sweep compiled into the binary trains
+// six attention variants on associative recall with the `classify` experiment, two at a time,
+// into a sweep directory (default demo/), then prints the results table and writes the report
+// (report.md, plots/ with the accuracy/speed/memory bubble chart) through the ordinary sweep and
+// report code, so everything in docs/sweeps.md applies: re-running skips complete runs and
+// resumes interrupted ones. `attnlab demo --mlp` is the engine's smoke test from before the
+// runner existed: a two-layer MLP fitted by gradient descent.
+//
+// Why associative recall: it is the smallest task on which attention variants visibly differ
+// within a minute. Answering needs content-based lookup of one key among N positions: dense
+// softmax heads solve it after a plateau of about 2000 steps (hence 5000 steps), the kernel
+// approximations get part of the way, and a two-position window or content-free synthesized
+// weights cannot find the key (docs/experiments.md has a measured table).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "attnlab.hpp"
+#include "experiments/cli/commands.hpp"
+#include "experiments/runner/report.hpp"
+#include "experiments/runner/store.hpp"
+#include "experiments/runner/sweep.hpp"
+#include "tensor/io.hpp"
+
+#include <nlohmann/json.hpp>
+
+namespace attnlab::cli {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr int64_t kDefaultSteps = 5000;
+
+// The shoot-out. @STEPS@, @WARMUP@ and @EVAL_EVERY@ are filled in by demo_sweep_text.
+constexpr const char* kDemoSweep = R"toml(# attnlab demo: the attention shoot-out (experiments/cli/demo.cpp, docs/experiments.md).
+experiment = "classify"
+workers = 2
+
+[set]
+"task.name" = "recall"            # 4 key/value pairs and a query -> the query's value (N = 9)
+"task.num_pairs" = 4
+"task.num_keys" = 8
+"task.num_values" = 8              # chance: 1/8
+"task.train_size" = 20000          # more examples than the run sees: no memorising
+"model.d_model" = 64
+"model.layers" = 2
+"model.ffn_hidden" = 128
+"train.batch_size" = 32
+"train.lr" = 0.003
+"train.steps" = @STEPS@
+"train.warmup" = @WARMUP@
+"train.eval_every" = @EVAL_EVERY@
+
+[grid]
+"model.attention" = [
+  "mha(heads=4)",
+  "talking_heads(heads=4)",
+  "local(window=2, heads=4)",
+  "linear(heads=4)",
+  "performer(heads=4, features=64)",
+  "synthesizer(heads=4, parts=random, max_len=32)",
+]
+
+[report]
+metric = "val_acc"
+curves = ["train_loss", "val_acc"]
+bubble = { x = "steps_per_s", y = "val_acc", size = "peak_rss_mb", label = "model.attention" }
+)toml";
+
+std::string demo_sweep_text(int64_t steps) {
+  std::string text = kDemoSweep;
+  auto fill = [&](const std::string& name, int64_t value) {
+    text.replace(text.find(name), name.size(), std::to_string(value));
+  };
+  fill("@STEPS@", steps);
+  fill("@WARMUP@", std::max<int64_t>(1, steps / 20));
+  fill("@EVAL_EVERY@", std::max<int64_t>(1, steps / 5));
+  return text;
+}
+
+// The shoot-out's table on `out`, best val_acc first, from the sweep directory's store.
+void print_table(const fs::path& dir, std::ostream& out) {
+  runner::Store store(dir / "results.sqlite");
+  struct Row {
+    std::string variant;
+    double acc, speed, memory;
+  };
+  std::vector<Row> rows;
+  std::vector<std::string> failed;
+  for (const auto& r : store.runs()) {
+    const auto point = nlohmann::json::parse(r.point_json);
+    const std::string variant = point.value("model.attention", "?");
+    if (r.status != "complete") {
+      failed.push_back(variant);
+      continue;
+    }
+    auto metric = [&](const char* name) {
+      auto it = r.metrics.find(name);
+      return it == r.metrics.end() ? NAN : it->second;
+    };
+    rows.push_back({variant, metric("val_acc"), metric("steps_per_s"), metric("peak_rss_mb")});
+  }
+  std::stable_sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) { return a.acc > b.acc; });
+  size_t width = 7;
+  for (const auto& r : rows) width = std::max(width, r.variant.size());
+  out << fmt::format("\n{:<{}}  {:>8}  {:>8}  {:>12}\n", "variant", width, "val_acc", "steps/s", "peak_rss_mb");
+  for (const auto& r : rows)
+    out << fmt::format("{:<{}}  {:>8.3f}  {:>8.1f}  {:>12.1f}\n", r.variant, width, r.acc, r.speed, r.memory);
+  for (const auto& v : failed) out << fmt::format("{:<{}}  failed (see its runs/NNNN/stdout.txt)\n", v, width);
+}
+
+// The two-layer MLP of the first demo: y = sin(3 x0) + 0.5 x1^2 - x0 x1 on 512 random points in
+// [-1, 1]^2, fitted by gradient descent with momentum. Exit status 1 unless the loss falls 10x.
+int mlp_demo(std::ostream& out) {
+  Generator gen(42);
+  Tensor x = rand({512, 2}, gen, kFloat32, -1, 1);
+  Tensor x0 = select(x, 1, 0), x1 = select(x, 1, 1);
+  Tensor y = unsqueeze(sin(x0 * 3.0) + square(x1) * 0.5 - x0 * x1, 1);  // (512, 1)
+
+  const int64_t hidden = 64;
+  Tensor w1 = randn({2, hidden}, gen, kFloat32, 0, 1.0 / std::sqrt(2.0)).requires_grad_();
+  Tensor b1 = zeros({hidden}).requires_grad_();
+  Tensor w2 = randn({hidden, 1}, gen, kFloat32, 0, 1.0 / std::sqrt(double(hidden))).requires_grad_();
+  Tensor b2 = zeros({1}).requires_grad_();
+  std::vector<Tensor*> params = {&w1, &b1, &w2, &b2};
+
+  out << "attnlab demo --mlp: a 2-64-1 tanh MLP fitted by gradient descent (lr 0.1, momentum 0.9)\n";
+  std::vector<Tensor> velocity;
+  for (Tensor* p : params) velocity.push_back(zeros_like(*p));
+  const int steps = 2000;
+  double first = 0, last = 0;
+  for (int step = 0; step <= steps; ++step) {
+    Tensor h = tanh(matmul(x, w1) + b1);  // (512, 64)
+    Tensor pred = matmul(h, w2) + b2;     // (512, 1)
+    Tensor loss = mean(square(pred - y));
+    for (Tensor* p : params) p->set_grad(Tensor());
+    loss.backward();
+    {
+      NoGradGuard no_grad;
+      for (size_t i = 0; i < params.size(); ++i) {
+        mul_(velocity[i], 0.9);
+        add_(velocity[i], params[i]->grad());
+        add_(*params[i], velocity[i], -0.1);
+      }
+    }
+    last = loss.item();
+    if (step == 0) first = last;
+    if (step % 200 == 0) out << fmt::format("step {:5d}  mse {:.6f}\n", step, last);
+  }
+  out << fmt::format("loss fell from {:.4f} to {:.6f} ({:.0f}x)\n", first, last, first / last);
+  return last < first / 10 ? 0 : 1;
+}
+
+}  // namespace
+
+void demo_usage(std::ostream& out) {
+  out << "usage: attnlab demo [--out DIR] [--steps N] [--workers N]\n"
+         "       attnlab demo --mlp\n\n"
+         "The attention shoot-out: six attention variants (mha, talking_heads, local, linear, performer,\n"
+         "synthesizer) trained by the `classify` experiment on associative recall, two at a time\n"
+         "(about a minute and a half on two idle cores). Prints val_acc, steps/s and peak memory per variant\n"
+         "and writes DIR/report.md with plots (bubble chart: plots/bubble.svg).\n\n"
+         "  --out DIR     the sweep directory (default: demo); re-running skips complete runs and\n"
+         "                resumes interrupted ones\n"
+         "  --steps N     training steps per variant (default 5000); another N needs another --out\n"
+         "  --workers N   runs at a time (default 2)\n"
+         "  --mlp         instead: fit a two-layer MLP by gradient descent and print the loss falling\n";
+}
+
+int run_demo(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  try {
+    const ArgList a(args, {"--out", "--steps", "--workers"}, {"--mlp", "--help"});
+    if (a.flag("--help")) {
+      demo_usage(out);
+      return 0;
+    }
+    if (!a.positional().empty()) fail<UsageError>("unexpected argument '{}'", a.positional().front());
+    if (a.flag("--mlp")) {
+      if (a.get("--out") || a.get("--steps") || a.get("--workers"))
+        fail<UsageError>("--mlp takes no other option");
+      return mlp_demo(out);
+    }
+    const int64_t steps = a.get("--steps") ? parse_int_option("--steps", *a.get("--steps"), 1, 10'000'000) : kDefaultSteps;
+    const fs::path dir = a.get("--out").value_or("demo");
+
+    // The embedded sweep is written beside its runs, so that `attnlab sweep DIR/demo.toml --out
+    // DIR` and `attnlab report DIR` work on it as on any sweep.
+    // A directory holding the demo with another --steps would have its runs renumbered or mixed.
+    const std::string text = demo_sweep_text(steps);
+    if (fs::exists(dir / "sweep.toml")) {
+      std::ifstream f(dir / "sweep.toml", std::ios::binary);
+      const std::string held((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+      if (held != text)
+        fail<UsageError>("{} holds a demo (or sweep) with other settings than --steps {}: use another --out, or "
+                         "delete the directory", dir.string(), steps);
+    }
+    fs::create_directories(dir);
+    const fs::path file = dir / "demo.toml";
+    write_text_atomic(file.string(), text);
+    runner::SweepOptions options;
+    options.sweep_file = file.string();
+    options.dir = dir;
+    if (a.get("--workers")) options.workers = int(parse_int_option("--workers", *a.get("--workers"), 1, 1024));
+    out << fmt::format("attnlab demo: six attention variants on associative recall, {} steps each, into {}\n", steps,
+                       dir.string());
+    const int status = runner::run_sweep(options, out);
+    if (status == 3) {
+      out << "stopped: run the same command again to continue\n";
+      return 3;
+    }
+    const fs::path report = runner::write_report(dir, out);
+    print_table(dir, out);
+    out << fmt::format("\nreport: {} (plots in {}, the accuracy/speed/memory bubble chart is {})\n", report.string(),
+                       (dir / "plots").string(), (dir / "plots" / "bubble.svg").string());
+    return status;
+  } catch (const UsageError& e) {
+    err << "attnlab demo: " << e.what() << " (attnlab demo --help)\n";
+    return 2;
+  } catch (const Error& e) {
+    err << "attnlab demo: " << e.what() << "\n";
+    return 1;
+  }
+}
+
+}  // namespace attnlab::cli
