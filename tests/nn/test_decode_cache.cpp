@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "helpers.hpp"
+#include "nn_testing.hpp"
 #include "nn/attention/registry.hpp"
 #include "nn/generation.hpp"
 #include "nn/transformer.hpp"
@@ -134,19 +135,9 @@ TEST_CASE("cached and uncached generation produce identical tokens for every cac
       CAPTURE(spec);
       CAPTURE(temperature);
       manual_seed(8);
-      nn::LMConfig c;
-      c.block.d_model = 16;
-      c.block.attention = spec;
-      c.layers = 2;
-      c.vocab_size = 11;
-      c.max_len = 24;
-      nn::CausalLM lm(c);
-      Generator gen(9);
-      Tensor prompt = randint(0, 11, {2, 3}, gen);
-      nn::GenerateOptions o{.max_new_tokens = 20, .temperature = temperature, .top_k = 5, .seed = 42};
-      Tensor cached = nn::generate(lm, prompt, o);
-      o.use_cache = false;
-      Tensor uncached = nn::generate(lm, prompt, o);
+      nn::CausalLM lm(small_lm(spec));
+      auto [prompt, cached, uncached] =
+          generate_cached_and_uncached(lm, {.max_new_tokens = 20, .temperature = temperature, .top_k = 5, .seed = 42});
       CHECK(cached.shape() == Dims{2, 23});
       CHECK(cached.to_vector<int64_t>() == uncached.to_vector<int64_t>());
     }

@@ -1,6 +1,7 @@
 // Incremental decoding (Attention::forward_step, CausalLM::forward_step) and sampling
 // (nn::generate, nn::sample_next).
 #include "helpers.hpp"
+#include "nn_testing.hpp"
 #include "nn/attention/registry.hpp"
 #include "nn/generation.hpp"
 #include "nn/transformer.hpp"
@@ -9,16 +10,6 @@ using namespace attnlab;
 using namespace attnlab::testing;
 
 namespace {
-
-nn::LMConfig small_lm(const std::string& attention) {
-  nn::LMConfig c;
-  c.block.d_model = 16;
-  c.block.attention = attention;
-  c.layers = 2;
-  c.vocab_size = 11;
-  c.max_len = 24;
-  return c;
-}
 
 }  // namespace
 
@@ -86,12 +77,8 @@ TEST_CASE("cached and uncached generation produce identical tokens") {
       CAPTURE(temperature);
       manual_seed(8);
       nn::CausalLM lm(small_lm(spec));
-      Generator gen(9);
-      Tensor prompt = randint(0, 11, {2, 3}, gen);
       nn::GenerateOptions o{.max_new_tokens = 20, .temperature = temperature, .top_k = 5, .seed = 42};
-      Tensor cached = nn::generate(lm, prompt, o);
-      o.use_cache = false;
-      Tensor uncached = nn::generate(lm, prompt, o);
+      auto [prompt, cached, uncached] = generate_cached_and_uncached(lm, o);
       CHECK(cached.shape() == Dims{2, 23});
       CHECK(cached.to_vector<int64_t>() == uncached.to_vector<int64_t>());
       CHECK(lm.is_training());  // the mode is restored
