@@ -1,33 +1,192 @@
 #!/bin/sh
-# bench/run_lm.sh BUILD_DIR: one training step of the reference causal LM (4 layers, d=256,
-# 8 heads, N=256, batch 8, vocabulary 256, GELU 4x, AdamW) in attnlab (bench_lm) and in
-# PyTorch (torch_lm.py), same thread count, one run; prints tokens/s and the ratio.
+# bench/run_lm.sh BUILD_DIR: section 6 of `make bench`, the "lean training steps" targets of
+# issue 6 on the reference causal LM (4 layers, d=256, 8 heads, N=256, batch 8, vocabulary 256,
+# causal, GELU 4x, AdamW), attnlab (bench_lm) against PyTorch (torch_lm.py), in one run:
+#   - tokens/s at THREADS threads and the ratio                      (target >= 2.5x)
+#   - peak RSS of each process, the same steps on both sides         (target: attnlab <= torch)
+#   - tokens/s at 1 and at 2 threads, the scaling 2 over 1            (target >= 1.8x, attnlab)
+#   - per-op overhead on tiny tensors (bench_ops --only overhead)     (target < 1 us)
+#   - system allocations per steady-state step (bench_lm)            (target 0)
+# and prints one markdown table, also written to BUILD_DIR/bench/lm.md.
+#
+#   THREADS=N   thread count of the main comparison (default: ATTNLAB_NUM_THREADS, else every
+#               core); the scaling rows always run 1 and 2 threads (reusing the main run)
+#   STEPS=S     timed training steps per run, after 2 warm-up steps (default 10; median kept)
+#   PYTHON      the python3 that has torch (default: the first of python3, /usr/bin/python3)
+#   NO_TORCH=1  attnlab-only numbers
+#
+# Each side runs in its own process under a small python3 wrapper that reads the child's peak
+# resident set (getrusage(RUSAGE_CHILDREN).ru_maxrss), so both are measured the same way. The
+# programs alternate (attnlab, torch, attnlab, torch, ...) so both sides of each comparison are
+# measured within seconds of each other. Like run.sh, this never fails because a target is
+# missed; only a crash of an attnlab program fails it, and without torch it prints attnlab's
+# numbers alone.
 set -u
 BUILD=${1:-build}
 HERE=$(cd "$(dirname "$0")" && pwd)
+OUT="$BUILD/bench"
 THREADS=${THREADS:-${ATTNLAB_NUM_THREADS:-$(nproc)}}
 STEPS=${STEPS:-10}
-export ATTNLAB_NUM_THREADS="$THREADS" OMP_NUM_THREADS="$THREADS"
-ours=$("$BUILD/bench/bench_lm" "$STEPS") || { echo "bench_lm failed" >&2; exit 1; }
-theirs=""
-for py in ${PYTHON:-} python3 /usr/bin/python3; do
+for bin in bench_lm bench_ops; do
+  if [ ! -x "$BUILD/bench/$bin" ]; then
+    echo "run_lm: $BUILD/bench/$bin is missing; build first (make build, or cmake --build $BUILD --target $bin)" >&2
+    exit 1
+  fi
+done
+
+TORCH_PY=""
+[ -n "${NO_TORCH:-}" ] || for py in ${PYTHON:-} python3 /usr/bin/python3; do
   if command -v "$py" >/dev/null 2>&1 && "$py" -c 'import torch' >/dev/null 2>&1; then
-    theirs=$("$py" "$HERE/torch_lm.py" "$STEPS" "$THREADS") || theirs=""
+    TORCH_PY=$py
     break
   fi
 done
-echo
-echo "### 6. Causal LM training step (4 layers, d=256, 8 heads, N=256, batch 8, vocab 256), $THREADS thread(s)"
-echo
-python3 - "$ours" "$theirs" <<'PY'
-import json, sys
-a = json.loads(sys.argv[1])
-t = json.loads(sys.argv[2]) if sys.argv[2] else None
+PY=$TORCH_PY
+[ -n "$PY" ] || for py in python3 /usr/bin/python3; do
+  if command -v "$py" >/dev/null 2>&1; then
+    PY=$py
+    break
+  fi
+done
+if [ -z "$PY" ]; then
+  echo "run_lm: no python3 to measure peak RSS and build the table; raw bench_lm result:" >&2
+  ATTNLAB_NUM_THREADS="$THREADS" "$BUILD/bench/bench_lm" "$STEPS"
+  exit $?
+fi
+[ -n "$TORCH_PY" ] || echo "run_lm: python3-torch not found (or NO_TORCH set): attnlab-only numbers" >&2
+
+# measure SIDE THREADS CMD...: runs CMD with THREADS threads and prints its one-line JSON with
+# "peak_rss_bytes" (the child's ru_maxrss, KiB on Linux) added. OMP_NUM_THREADS and
+# OPENBLAS_NUM_THREADS are for torch's two pools; attnlab reads ATTNLAB_NUM_THREADS.
+measure() {
+  side=$1 n=$2
+  shift 2
+  echo "run_lm: $side, $n thread(s)" >&2
+  ATTNLAB_NUM_THREADS="$n" OMP_NUM_THREADS="$n" OPENBLAS_NUM_THREADS="$n" "$PY" -c '
+import json, resource, subprocess, sys
+p = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE, text=True)
+if p.returncode != 0:
+    sys.exit(p.returncode)
+r = json.loads(p.stdout.strip().splitlines()[-1])
+r["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+print(json.dumps(r))' "$@"
+}
+ours() { measure attnlab "$1" "$BUILD/bench/bench_lm" "$STEPS" || { echo "run_lm: bench_lm failed" >&2; exit 1; }; }
+theirs() {
+  [ -n "$TORCH_PY" ] || return 0
+  measure torch "$1" "$TORCH_PY" "$HERE/torch_lm.py" "$STEPS" "$1" || echo "run_lm: torch_lm.py failed; no torch numbers" >&2
+}
+
+LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo "?")
+export LOAD_START STEPS
+a_main=$(ours "$THREADS") || exit 1
+t_main=$(theirs "$THREADS")
+a1=$a_main t1=$t_main a2=$a_main t2=$t_main
+if [ "$THREADS" != 1 ]; then
+  a1=$(ours 1) || exit 1
+  t1=$(theirs 1)
+fi
+if [ "$THREADS" != 2 ]; then
+  a2=$(ours 2) || exit 1
+  t2=$(theirs 2)
+fi
+echo "run_lm: per-op overhead, bench_ops --only overhead" >&2
+a_ops=$(ATTNLAB_NUM_THREADS="$THREADS" "$BUILD/bench/bench_ops" --only overhead 2>/dev/null) || { echo "run_lm: bench_ops failed" >&2; exit 1; }
+t_ops=""
+if [ -n "$TORCH_PY" ]; then
+  t_ops=$(OMP_NUM_THREADS="$THREADS" "$TORCH_PY" "$HERE/torch_ops.py" --threads "$THREADS" --only overhead 2>/dev/null) || t_ops=""
+fi
+
+mkdir -p "$OUT"
+"$PY" - "$OUT" "$THREADS" "$a_main" "$t_main" "$a1" "$t1" "$a2" "$t2" "$a_ops" "$t_ops" <<'PY'
+import json, os, sys
+
+out, threads = sys.argv[1], int(sys.argv[2])
+def load(s):
+    return json.loads(s) if s.strip() else None
+a, t, a1, t1, a2, t2, a_ops, t_ops = (load(s) for s in sys.argv[3:11])
 dash = "—"
-print("| measurement | attnlab | torch | ratio |")
-print("|---|---:|---:|---:|")
-ratio = f"{a['tokens_per_s'] / t['tokens_per_s']:.2f}x" if t else dash
-print(f"| tokens/s | {a['tokens_per_s']:.0f} | {round(t['tokens_per_s']) if t else dash} | {ratio} |")
-print(f"| step time (ms) | {a['step_ms']:.0f} | {round(t['step_ms']) if t else dash} | |")
-print(f"| system allocations per step (steady state) | {a['system_allocs_per_step']:.2f} | | |")
+MiB = 1024 * 1024
+met_count = total = 0
+
+def verdict(ok):
+    """'yes' / '**no**' for a checked target, 'n/a (...)' when it cannot be checked."""
+    global met_count, total
+    if isinstance(ok, str):
+        return ok
+    total += 1
+    met_count += ok
+    return "yes" if ok else "**no**"
+
+def num(v, digits=0):
+    return dash if v is None else f"{v:.{digits}f}"
+
+def times(q):
+    return dash if q is None else f"{q:.2f}x"
+
+rows = []
+def row(label, av, tv, ratio, target, met):
+    rows.append(f"| {label} | {av} | {tv} | {ratio} | {target} | {met} |")
+
+no_torch = "n/a (no torch)"
+# tokens/s at the main thread count
+q = a["tokens_per_s"] / t["tokens_per_s"] if t else None
+row(f"tokens/s, {threads} thread(s)", num(a["tokens_per_s"]), num(t and t["tokens_per_s"]), times(q), "≥ 2.5x",
+    verdict(q >= 2.5 if q is not None else no_torch))
+row("step time (ms)", num(a["step_ms"]), num(t and t["step_ms"]), times(t["step_ms"] / a["step_ms"] if t else None),
+    "(info)", "")
+# peak RSS: ratio = torch's over attnlab's (> 1: attnlab smaller), as for times
+q = t["peak_rss_bytes"] / a["peak_rss_bytes"] if t else None
+row(f"peak RSS of the process (MiB), {threads} thread(s)", num(a["peak_rss_bytes"] / MiB),
+    num(t and t["peak_rss_bytes"] / MiB), times(q), "≤ torch's (≥ 1x)",
+    verdict(q >= 1 if q is not None else no_torch))
+row("peak tensor storage, attnlab's allocator (MiB)", num(a["peak_bytes"] / MiB), dash, dash, "(info)", "")
+# scaling
+for n, x, y in ((1, a1, t1), (2, a2, t2)):
+    if n != threads:
+        row(f"tokens/s, {n} thread(s)", num(x["tokens_per_s"]), num(y and y["tokens_per_s"]),
+            times(x["tokens_per_s"] / y["tokens_per_s"] if y else None), "(info)", "")
+sa = a2["tokens_per_s"] / a1["tokens_per_s"]
+st = t2["tokens_per_s"] / t1["tokens_per_s"] if t1 and t2 else None
+cores = os.cpu_count() or 1
+row("scaling, tokens/s at 2 threads over 1 thread", times(sa), times(st), dash, "≥ 1.8x (attnlab)",
+    verdict(sa >= 1.8 if cores >= 2 else f"n/a ({cores} core)"))
+# per-op overhead, from bench_ops's overhead group and torch_ops.py's
+ops = {r["torch_key"]: r for r in a_ops["rows"]}
+tres = t_ops["results"] if t_ops else {}
+fb, nograd = ops["tiny_fwd_bwd_per_op"]["attnlab"], ops["tiny_add_nograd"]["attnlab"]
+tfb, tng = tres.get("tiny_fwd_bwd_per_op"), tres.get("tiny_add_nograd")
+row("per-op overhead, forward + backward (µs/op; ((a*b)+c).sum() on 4 floats, / 3)", num(fb, 2), num(tfb, 2),
+    times(tfb / fb if tfb else None), "< 1 µs", verdict(fb < 1.0))
+row("per-op overhead, no autograd (µs; a + b on 4 floats)", num(nograd, 2), num(tng, 2),
+    times(tng / nograd if tng else None), "(info)", "")
+row("system allocations per steady-state step", num(a["system_allocs_per_step"], 2), dash, dash, "0",
+    verdict(a["system_allocs_per_step"] == 0))
+
+lines = [f"### 6. Lean training steps: the reference causal LM (4 layers, d=256, 8 heads, N=256, batch 8, "
+         f"vocab 256, causal, GELU 4x, AdamW), {threads} thread(s)", ""]
+try:
+    load_end = " ".join(open("/proc/loadavg").read().split()[:3])
+except OSError:
+    load_end = "?"
+load_start = os.environ.get("LOAD_START", "?")
+lines.append(f"- {a['params']} parameters; median of {os.environ.get('STEPS', '10')} steps after 2 warm-up steps; "
+             f"torch: {'PyTorch (torch_lm.py)' if t else 'not available, attnlab-only numbers'}")
+lines.append(f"- load average (1, 5, 15 min): {load_start} before, {load_end} after")
+try:
+    if float(load_start.split()[0]) > 0.5 * cores:
+        lines.append("- **warning: the machine was busy when the run started; the numbers are unreliable**")
+except (ValueError, IndexError):
+    pass
+lines.append("- ratio = attnlab's advantage (rates: attnlab / torch; times and memory: torch / attnlab)")
+lines += ["", "| measurement | attnlab | torch | ratio | target | met |", "|---|---:|---:|---:|---|---|"] + rows
+lines += ["", f"**{met_count} of {total} targets met.**"]
+text = "\n".join(lines) + "\n"
+sys.stdout.write("\n" + text)
+path = os.path.join(out, "lm.md")
+with open(path + ".tmp", "w") as f:
+    f.write(text)
+os.replace(path + ".tmp", path)
+print(f"(written to {path})", file=sys.stderr)
 PY
+exit 0
