@@ -1,15 +1,23 @@
 // bench_generate: sampling speed of the reference causal LM (4 layers, d=256, 8 heads, vocabulary
-// 256, max_len 512) in attnlab: batch 1, a 1-token prompt, 255 new tokens, temperature 1, with
-// the KV cache and without it; then the same LM with talking_heads, local and linear attention,
-// each with its decoding cache (KV cache, rolling window, recurrent state) and without (attnlab
-// only). Prints JSON; bench/torch_generate.py does the mha runs in PyTorch (with a hand-written
-// KV cache) and bench/run_generate.sh prints the ratios.
+// 256, max_len 512) in attnlab: batch 1, a 1-token prompt, temperature 1, with each variant's
+// decoding cache (KV cache, rolling window, recurrent state) and without it (the whole sequence
+// recomputed for every new token). bench/torch_generate.py does the same in PyTorch with
+// hand-written layers and caches; bench/run_generate.sh runs both, variant by variant, and
+// prints the ratios.
+//
+//   bench_generate [TOKENS [REPS [UNCACHED_TOKENS [SPEC...]]]]
+//     TOKENS           new tokens per cached run (255)
+//     REPS             cached runs; the median is kept (3). No separate warm-up run: the first
+//                      run fills the allocator's cache and the median discards that one slow run
+//     UNCACHED_TOKENS  new tokens of the one uncached run (255): its cost grows with the square
+//                      of the length, so run_generate.sh passes fewer
+//     SPEC...          attention specs (default: the seven variants with a decoding cache)
+// Prints one JSON line.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <iterator>
+#include <cstdlib>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "attnlab.hpp"
@@ -17,45 +25,57 @@
 
 using namespace attnlab;
 
+namespace {
+
+// Median tokens/s of `reps` runs of `model` generating `tokens` new tokens, cached or not.
+double rate(nn::CausalLM& model, int64_t tokens, bool cache, int reps) {
+  Tensor prompt = zeros({1, 1}, kInt64);  // (1, 1)
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    nn::generate(model, prompt, {.max_new_tokens = tokens, .temperature = 1.0, .seed = uint64_t(i), .use_cache = cache});
+    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(t.begin(), t.end());
+  return double(tokens) / t[t.size() / 2];
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  const int64_t new_tokens = argc > 1 ? std::atoll(argv[1]) : 255;
+  const int64_t tokens = argc > 1 ? std::atoll(argv[1]) : 255;
   const int reps = argc > 2 ? std::atoi(argv[2]) : 3;
-  Tensor prompt = zeros({1, 1}, kInt64);
-  // Median tokens/s of `r` runs of `model`, cached or not.
-  auto rate = [&](nn::CausalLM& model, bool cache, int r) {
-    std::vector<double> t;
-    for (int i = 0; i < r; ++i) {
-      auto t0 = std::chrono::steady_clock::now();
-      nn::generate(model, prompt, {.max_new_tokens = new_tokens, .temperature = 1.0, .seed = uint64_t(i), .use_cache = cache});
-      t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  const int64_t uncached_tokens = argc > 3 ? std::atoll(argv[3]) : tokens;
+  std::vector<std::string> specs(argv + std::min(argc, 4), argv + argc);
+  if (specs.empty())
+    specs = {"mha(heads=8)",    "talking_heads(heads=8)",    "collaborative(heads=8)", "synthesizer(heads=8)",
+             "local(window=64, heads=8)", "linear(heads=8)", "performer(heads=8)"};
+  if (tokens < 1 || tokens > 511 || uncached_tokens < 1 || uncached_tokens > 511 || reps < 1) {
+    std::fprintf(stderr, "bench_generate: TOKENS and UNCACHED_TOKENS must be in [1, 511] and REPS >= 1, got %lld, %lld, %d\n",
+                 (long long)tokens, (long long)uncached_tokens, reps);
+    return 2;
+  }
+  std::printf("{\"new_tokens\": %lld, \"uncached_new_tokens\": %lld, \"reps\": %d, \"threads\": %d, \"variants\": [",
+              (long long)tokens, (long long)uncached_tokens, reps, num_threads());
+  try {
+    for (size_t i = 0; i < specs.size(); ++i) {
+      manual_seed(0);
+      nn::LMConfig cfg;
+      cfg.block.d_model = 256;
+      cfg.block.attention = specs[i];
+      cfg.layers = 4;
+      cfg.vocab_size = 256;
+      cfg.max_len = 512;
+      nn::CausalLM model(cfg);
+      const double cached = rate(model, tokens, true, reps);
+      const double uncached = rate(model, uncached_tokens, false, 1);
+      std::printf("%s{\"attention\": \"%s\", \"cached_tokens_per_s\": %.1f, \"uncached_tokens_per_s\": %.1f}",
+                  i ? ", " : "", specs[i].c_str(), cached, uncached);
+      std::fflush(stdout);
     }
-    std::sort(t.begin(), t.end());
-    return double(new_tokens) / t[t.size() / 2];
-  };
-  // {cached, uncached} tokens/s of the reference LM with `attention` in every layer.
-  auto measure = [&](const std::string& attention) {
-    manual_seed(0);
-    nn::LMConfig cfg;
-    cfg.block.d_model = 256;
-    cfg.block.attention = attention;
-    cfg.layers = 4;
-    cfg.vocab_size = 256;
-    cfg.max_len = 512;
-    nn::CausalLM model(cfg);
-    rate(model, true, 1);  // warm-up
-    const double cached = rate(model, true, reps);
-    return std::pair{cached, rate(model, false, 1)};
-  };
-  const auto [cached, uncached] = measure("mha(heads=8)");
-  std::printf("{\"cached_tokens_per_s\": %.1f, \"uncached_tokens_per_s\": %.1f, \"new_tokens\": %lld, \"threads\": %d, "
-              "\"variants\": [",
-              cached, uncached, (long long)new_tokens, num_threads());
-  const char* variants[] = {"talking_heads(heads=8)", "local(window=64, heads=8)", "linear(heads=8)"};
-  for (size_t i = 0; i < std::size(variants); ++i) {
-    const auto [c, u] = measure(variants[i]);
-    std::printf("%s{\"attention\": \"%s\", \"cached_tokens_per_s\": %.1f, \"uncached_tokens_per_s\": %.1f}",
-                i ? ", " : "", variants[i], c, u);
-    std::fflush(stdout);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "\nbench_generate: %s\n", e.what());
+    return 1;
   }
   std::printf("]}\n");
   return 0;
