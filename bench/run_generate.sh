@@ -15,7 +15,7 @@
 #   PYTHON             the python3 that has torch; NO_TORCH=1 for attnlab-only numbers
 #
 # The two programs alternate variant by variant (one process per variant and side), so both
-# sides of each ratio are measured within seconds of each other. About 2.5 minutes on 2 quiet
+# sides of each ratio are measured within seconds of each other. An estimated 2-2.5 minutes on 2 quiet
 # cores. Never fails because attnlab is slower; only a crash of bench_generate fails it.
 set -u
 BUILD=${1:-build}
