@@ -7,7 +7,11 @@
 //   step_size = lr / (1 - beta1^t)
 //   denom = sqrt(v) / sqrt(1 - beta2^t) + eps
 //   p = p - step_size * m / denom
+// step() updates every parameter in one parallel pass over flat storage (optim/flat.hpp:
+// the first step moves the parameters and the moments into one buffer per dtype);
+// step_per_tensor() is its readable per-tensor twin, bitwise identical (docs/optim.md).
 #pragma once
+#include "optim/flat.hpp"
 #include "optim/optimizer.hpp"
 
 namespace attnlab::optim {
@@ -34,7 +38,18 @@ class Adam : public Optimizer {
   Adam(std::vector<ParamGroup> groups, const AdamOptions& options = {});
   Adam(const std::vector<Tensor>& params, const AdamOptions& options = {});
 
+  // One update of every parameter that has a gradient, as one parallel pass over all their
+  // elements (per dtype). Before it, parameters and state are (re)laid out flat if the
+  // parameter list changed since the last step (FlatStore::sync).
   void step() override;
+  // The same update, one loop per parameter tensor, as before the flat pass: the oracle that
+  // step() is tested against bitwise. It does not move parameters.
+  void step_per_tensor();
+  // The flat storage of the parameters of `dtype` that step() moved (a 1-d tensor; parameters
+  // are slices of it in group order); undefined before the first step() or when none moved.
+  Tensor flat_parameters(DType dtype) const { return flat_.parameters(dtype); }
+  // Whether `param` lives in flat_parameters(param.dtype()).
+  bool is_flat(const Tensor& param) const { return flat_.holds(param); }
   const AdamOptions& adam_options() const { return options_; }
 
  protected:
@@ -48,6 +63,7 @@ class Adam : public Optimizer {
  private:
   AdamOptions options_;
   bool decoupled_;
+  detail::FlatStore flat_{{"exp_avg", "exp_avg_sq"}};
 };
 
 class AdamW : public Adam {
