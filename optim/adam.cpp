@@ -139,7 +139,7 @@ void Adam::step() {
   NoGradGuard no_grad;
   const AdamOptions& o = options_;
   const char* op = decoupled_ ? "AdamW.step" : "Adam.step";
-  flat_.sync(groups_);
+  flat_.sync(groups_, op);
 
   // Every parameter with a gradient, checked before anything changes. Moved parameters are
   // contiguous, so `work` is the parameter itself except for the few that could not move.

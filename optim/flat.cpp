@@ -17,7 +17,7 @@ FlatStore::Entry FlatStore::entry_of(const Tensor& p) {
   return {p.impl(), p.storage().get(), p.offset(), p.shape(), p.strides(), p.dtype()};
 }
 
-void FlatStore::sync(const std::vector<ParamGroup>& groups) {
+void FlatStore::sync(const std::vector<ParamGroup>& groups, const char* op) {
   // A few comparisons per parameter: cheap enough for every step.
   bool same = !signature_.empty();
   size_t k = 0;
@@ -27,10 +27,10 @@ void FlatStore::sync(const std::vector<ParamGroup>& groups) {
       ++k;
     }
   }
-  if (!same || k != signature_.size()) rebuild(groups);
+  if (!same || k != signature_.size()) rebuild(groups, op);
 }
 
-void FlatStore::rebuild(const std::vector<ParamGroup>& groups) {
+void FlatStore::rebuild(const std::vector<ParamGroup>& groups, const char* op) {
   const std::array<PerDType, 2> old = flat_;  // keeps the old storage alive while we copy out of it
   // A parameter already in the old flat storage may move again only when nothing but the
   // parameters themselves views that storage (a view taken by the user, or saved by a live
@@ -53,9 +53,13 @@ void FlatStore::rebuild(const std::vector<ParamGroup>& groups) {
   std::array<int64_t, 2> moved = {0, 0}, state = {0, 0};
   slots_.clear();
   for (const ParamGroup& group : groups) {
-    for (const Tensor& p : group.params) {
+    for (size_t i = 0; i < group.params.size(); ++i) {
+      const Tensor& p = group.params[i];
       const size_t d = index_of(p.dtype());
-      slots_[p.impl()] = Slot{p.dtype(), state[d]};
+      // Two slots for one parameter would update it twice in one parallel pass (a data race).
+      if (!slots_.emplace(p.impl(), Slot{p.dtype(), state[d]}).second)
+        fail<ValueError>("{}: parameter '{}' appears more than once in the parameter groups", op,
+                         i < group.names.size() ? group.names[i] : fmt::format("#{}", i));
       state[d] += p.numel();
       const bool in_old = old[d].params.defined() && p.storage() == old[d].params.storage();
       const bool movable = p.is_contiguous() && (in_old ? old_private[d] : p.storage().use_count() == 1);

@@ -28,8 +28,8 @@ class FlatStore {
   // every parameter's storage, offset, shape, strides and dtype are as the last sync left them;
   // otherwise the layout is rebuilt, moving the parameters that can be moved into new flat
   // storage (one copy of each), and the state views handed out before become stale (bind_state
-  // copies them in again).
-  void sync(const std::vector<ParamGroup>& groups);
+  // copies them in again). ValueError naming `op` when a parameter appears twice.
+  void sync(const std::vector<ParamGroup>& groups, const char* op);
 
   // The flat 1-d tensor holding the moved parameters of `dtype`, in group order; undefined
   // before the first sync or when no parameter of that dtype could be moved.
@@ -65,7 +65,7 @@ class FlatStore {
   };
   static size_t index_of(DType dtype);
   static Entry entry_of(const Tensor& param);
-  void rebuild(const std::vector<ParamGroup>& groups);
+  void rebuild(const std::vector<ParamGroup>& groups, const char* op);
 
   std::vector<std::string> buffer_names_;
   std::vector<Entry> signature_;

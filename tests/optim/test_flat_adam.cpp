@@ -2,8 +2,8 @@
 // everything that changes the layout or the state: groups with their own lr and weight decay,
 // a parameter that never gets a gradient and one that gets it every other step, float32 and
 // float64 side by side, a parameter replaced by set_data, a parameter added after a few steps,
-// a state_dict round trip, parameters that cannot move; and module parameters that alias the
-// flat storage after the first step.
+// a state_dict round trip, parameters that cannot move; module parameters that alias the
+// flat storage after the first step; and the errors of a layout that cannot be built.
 #include <string>
 #include <utility>
 
@@ -216,4 +216,17 @@ TEST_CASE("a parameter whose dtype changed under its state throws DTypeError nam
   std::string msg = error_of([&] { opt.step(); });
   CHECK(msg.find("'w'") != std::string::npos);
   CHECK(msg.find("exp_avg") != std::string::npos);
+}
+
+TEST_CASE("a parameter added twice after construction throws ValueError naming it") {
+  Generator gen(6);
+  Tensor w = randn({3, 2}, gen).requires_grad_();
+  AdamW opt(std::vector<ParamGroup>{ParamGroup{{w}, {"w"}}}, {.lr = 0.1});
+  opt.param_groups()[0].params.push_back(w);
+  opt.param_groups()[0].names.push_back("w again");
+  w.set_grad(ones({3, 2}));
+  CHECK_THROWS_AS(opt.step(), ValueError);
+  std::string msg = error_of([&] { opt.step(); });
+  CHECK(msg.find("AdamW.step") != std::string::npos);
+  CHECK(msg.find("'w again' appears more than once") != std::string::npos);
 }
