@@ -62,11 +62,26 @@ inline bool should_stream(const Tensor& out, int64_t in_bytes, bool out_is_input
   return !out_is_input && out.numel() * int64_t(itemsize(out.dtype())) + in_bytes >= last_level_cache_bytes();
 }
 
+// Whether x, broadcast to out's shape, has out's flat layout: both contiguous, same element
+// count (so they differ at most by size-1 dims). Then flat index i is element i of both, and
+// the chunks parallel_for makes are the strided loop's, so results do not depend on the path.
+inline bool same_layout(const Tensor& out, const Tensor& x) {
+  return x.numel() == out.numel() && out.is_contiguous() && x.is_contiguous();
+}
+
 // out[i] = f(x[i]); out has the target shape, x is broadcast to it.
 template <class Out, class In, class F>
 void map1(const Tensor& out, const Tensor& x, F f) {
-  StridedLoop<2> loop{out.shape(), {byte_strides(out, out.shape()), byte_strides(x, out.shape())}};
   const bool streaming = should_stream(out, x.numel() * int64_t(sizeof(In)), out.raw_data() == x.raw_data());
+  if (same_layout(out, x)) {  // the common case, without the strided loop's set-up
+    Out* o = static_cast<Out*>(out.raw_data());
+    const In* a = static_cast<const In*>(x.raw_data());
+    parallel_for(out.numel(), kParallelGrain, [&](int64_t i0, int64_t i1) {
+      store_run(o + i0, i1 - i0, streaming, [&](int64_t i) { return Out(f(a[i0 + i])); });
+    });
+    return;
+  }
+  StridedLoop<2> loop{out.shape(), {byte_strides(out, out.shape()), byte_strides(x, out.shape())}};
   loop.run({static_cast<char*>(out.raw_data()), static_cast<char*>(x.raw_data())},
            [&](std::array<char*, 2> p, std::array<int64_t, 2> s, int64_t n) {
              Out* o = reinterpret_cast<Out*>(p[0]);
@@ -84,9 +99,18 @@ void map1(const Tensor& out, const Tensor& x, F f) {
 template <class Out, class A, class B, class F>
 void map2(const Tensor& out, const Tensor& a, const Tensor& b, F f) {
   const Dims& sh = out.shape();
-  StridedLoop<3> loop{sh, {byte_strides(out, sh), byte_strides(a, sh), byte_strides(b, sh)}};
   const bool streaming = should_stream(out, a.numel() * int64_t(sizeof(A)) + b.numel() * int64_t(sizeof(B)),
                                        out.raw_data() == a.raw_data() || out.raw_data() == b.raw_data());
+  if (same_layout(out, a) && same_layout(out, b)) {  // the common case, without the strided loop's set-up
+    Out* o = static_cast<Out*>(out.raw_data());
+    const A* x = static_cast<const A*>(a.raw_data());
+    const B* y = static_cast<const B*>(b.raw_data());
+    parallel_for(out.numel(), kParallelGrain, [&](int64_t i0, int64_t i1) {
+      store_run(o + i0, i1 - i0, streaming, [&](int64_t i) { return Out(f(x[i0 + i], y[i0 + i])); });
+    });
+    return;
+  }
+  StridedLoop<3> loop{sh, {byte_strides(out, sh), byte_strides(a, sh), byte_strides(b, sh)}};
   loop.run({static_cast<char*>(out.raw_data()), static_cast<char*>(a.raw_data()), static_cast<char*>(b.raw_data())},
            [&](std::array<char*, 3> p, std::array<int64_t, 3> s, int64_t n) {
              Out* o = reinterpret_cast<Out*>(p[0]);
