@@ -103,7 +103,9 @@ Tensor record(const char* name, Tensor result, const std::vector<Tensor>& inputs
   for (const Tensor& t : inputs) any |= t.defined() && t.requires_grad();
   if (!any) return result;
   auto node = std::make_shared<LambdaNode<F>>(name, std::move(backward));
-  node->next.reserve(inputs.size());
+  node->next.reserve(inputs.size());  // one allocation each, not one per growth step
+  node->shapes.reserve(inputs.size());
+  node->dtypes.reserve(inputs.size());
   for (const Tensor& t : inputs) {
     node->next.push_back(t.defined() ? gradient_edge(t) : Edge{});
     node->shapes.push_back(t.defined() ? t.shape() : Dims{});

@@ -1,20 +1,93 @@
 // map1/map2/map3: apply a scalar function elementwise over strided, broadcast operands, with a
 // contiguous fast path the compiler vectorises. Used by elementwise.cpp and copy.cpp.
 #pragma once
+#include <unistd.h>
+
+#include <cstdint>
+#include <type_traits>
+#if defined(__AVX__)
+#include <immintrin.h>
+#endif
+
 #include "tensor/kernels/loop.hpp"
 
 namespace attnlab::kernels {
 
+// Streaming (non-temporal) stores for outputs too big to stay in cache. A normal store first
+// reads the destination line into the cache (read for ownership), so out = a * b moves four
+// tensors' worth of bytes; a streaming store skips that read, three. They pay off only when the
+// operands together exceed the last-level cache: below that, the plain store leaves the output
+// in cache for the next op, which is worth more.
+inline int64_t last_level_cache_bytes() {
+  static const int64_t bytes = [] {
+    const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE), l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    return int64_t(l3 > 0 ? l3 : l2 > 0 ? l2 : 32L << 20);
+  }();
+  return bytes;
+}
+
+// o[i] = g(i) for i in [0, n); with `streaming`, through non-temporal stores where the build
+// has AVX and Out is float or double (otherwise, and for the unaligned ends, plain stores).
+// The plain loop is the naive twin: both store the same values.
+template <class Out, class G>
+inline void store_run(Out* o, int64_t n, bool streaming, G g) {
+#if defined(__AVX__)
+  if constexpr (std::is_same_v<Out, float> || std::is_same_v<Out, double>) {
+    if (streaming) {
+      constexpr int64_t W = 32 / sizeof(Out);  // lanes of one 32-byte store
+      int64_t i = 0;
+      for (; i < n && reinterpret_cast<uintptr_t>(o + i) % 32 != 0; ++i) o[i] = g(i);
+      for (; i + W <= n; i += W) {
+        alignas(32) Out lane[W];
+        for (int64_t k = 0; k < W; ++k) lane[k] = g(i + k);
+        if constexpr (std::is_same_v<Out, float>)
+          _mm256_stream_ps(o + i, _mm256_load_ps(lane));
+        else
+          _mm256_stream_pd(o + i, _mm256_load_pd(lane));
+      }
+      for (; i < n; ++i) o[i] = g(i);
+      _mm_sfence();  // streaming stores are weakly ordered: publish them before the task ends
+      return;
+    }
+  }
+#endif
+  (void)streaming;
+  for (int64_t i = 0; i < n; ++i) o[i] = g(i);
+}
+
+// Whether an op writing `out` from inputs of `in_bytes` should stream its stores: the bytes it
+// touches exceed the last-level cache, and out is not also an input (an in-place op has read
+// the line already, there is nothing to save).
+inline bool should_stream(const Tensor& out, int64_t in_bytes, bool out_is_input) {
+  return !out_is_input && out.numel() * int64_t(itemsize(out.dtype())) + in_bytes >= last_level_cache_bytes();
+}
+
+// Whether x, broadcast to out's shape, has out's flat layout: both contiguous, same element
+// count (so they differ at most by size-1 dims). Then flat index i is element i of both, and
+// the chunks parallel_for makes are the strided loop's, so results do not depend on the path.
+inline bool same_layout(const Tensor& out, const Tensor& x) {
+  return x.numel() == out.numel() && out.is_contiguous() && x.is_contiguous();
+}
+
 // out[i] = f(x[i]); out has the target shape, x is broadcast to it.
 template <class Out, class In, class F>
 void map1(const Tensor& out, const Tensor& x, F f) {
+  const bool streaming = should_stream(out, x.numel() * int64_t(sizeof(In)), out.raw_data() == x.raw_data());
+  if (same_layout(out, x)) {  // the common case, without the strided loop's set-up
+    Out* o = static_cast<Out*>(out.raw_data());
+    const In* a = static_cast<const In*>(x.raw_data());
+    parallel_for(out.numel(), kParallelGrain, [&](int64_t i0, int64_t i1) {
+      store_run(o + i0, i1 - i0, streaming, [&](int64_t i) { return Out(f(a[i0 + i])); });
+    });
+    return;
+  }
   StridedLoop<2> loop{out.shape(), {byte_strides(out, out.shape()), byte_strides(x, out.shape())}};
   loop.run({static_cast<char*>(out.raw_data()), static_cast<char*>(x.raw_data())},
            [&](std::array<char*, 2> p, std::array<int64_t, 2> s, int64_t n) {
              Out* o = reinterpret_cast<Out*>(p[0]);
              const In* a = reinterpret_cast<const In*>(p[1]);
              if (s[0] == sizeof(Out) && s[1] == sizeof(In)) {
-               for (int64_t i = 0; i < n; ++i) o[i] = f(a[i]);
+               store_run(o, n, streaming, [&](int64_t i) { return Out(f(a[i])); });
              } else {
                for (int64_t i = 0; i < n; ++i)
                  *reinterpret_cast<Out*>(p[0] + i * s[0]) = f(*reinterpret_cast<const In*>(p[1] + i * s[1]));
@@ -26,6 +99,17 @@ void map1(const Tensor& out, const Tensor& x, F f) {
 template <class Out, class A, class B, class F>
 void map2(const Tensor& out, const Tensor& a, const Tensor& b, F f) {
   const Dims& sh = out.shape();
+  const bool streaming = should_stream(out, a.numel() * int64_t(sizeof(A)) + b.numel() * int64_t(sizeof(B)),
+                                       out.raw_data() == a.raw_data() || out.raw_data() == b.raw_data());
+  if (same_layout(out, a) && same_layout(out, b)) {  // the common case, without the strided loop's set-up
+    Out* o = static_cast<Out*>(out.raw_data());
+    const A* x = static_cast<const A*>(a.raw_data());
+    const B* y = static_cast<const B*>(b.raw_data());
+    parallel_for(out.numel(), kParallelGrain, [&](int64_t i0, int64_t i1) {
+      store_run(o + i0, i1 - i0, streaming, [&](int64_t i) { return Out(f(x[i0 + i], y[i0 + i])); });
+    });
+    return;
+  }
   StridedLoop<3> loop{sh, {byte_strides(out, sh), byte_strides(a, sh), byte_strides(b, sh)}};
   loop.run({static_cast<char*>(out.raw_data()), static_cast<char*>(a.raw_data()), static_cast<char*>(b.raw_data())},
            [&](std::array<char*, 3> p, std::array<int64_t, 3> s, int64_t n) {
@@ -33,13 +117,13 @@ void map2(const Tensor& out, const Tensor& a, const Tensor& b, F f) {
              const A* x = reinterpret_cast<const A*>(p[1]);
              const B* y = reinterpret_cast<const B*>(p[2]);
              if (s[0] == sizeof(Out) && s[1] == sizeof(A) && s[2] == sizeof(B)) {
-               for (int64_t i = 0; i < n; ++i) o[i] = f(x[i], y[i]);
+               store_run(o, n, streaming, [&](int64_t i) { return Out(f(x[i], y[i])); });
              } else if (s[0] == sizeof(Out) && s[1] == sizeof(A) && s[2] == 0) {
                const B yv = *y;
-               for (int64_t i = 0; i < n; ++i) o[i] = f(x[i], yv);
+               store_run(o, n, streaming, [&](int64_t i) { return Out(f(x[i], yv)); });
              } else if (s[0] == sizeof(Out) && s[1] == 0 && s[2] == sizeof(B)) {
                const A xv = *x;
-               for (int64_t i = 0; i < n; ++i) o[i] = f(xv, y[i]);
+               store_run(o, n, streaming, [&](int64_t i) { return Out(f(xv, y[i])); });
              } else {
                for (int64_t i = 0; i < n; ++i)
                  *reinterpret_cast<Out*>(p[0] + i * s[0]) = f(*reinterpret_cast<const A*>(p[1] + i * s[1]),

@@ -174,6 +174,18 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* A
 template <class T>
 constexpr T kNegInf = -std::numeric_limits<T>::infinity();
 
+// Per-thread scratch that outlives the call. A task's tiles (S and dP are 128 KB each at the
+// default 128 x 256 tiles) would otherwise be allocated and page-faulted in again for every
+// task chunk: glibc serves blocks of that size with a fresh mmap. A task body never waits on
+// other tasks, so one thread never runs two bodies at once and a slot is never shared.
+template <class T>
+T* thread_scratch(int slot, size_t n) {
+  thread_local std::vector<T> slots[5];
+  std::vector<T>& buf = slots[slot];
+  if (buf.size() < n) buf.resize(n);
+  return buf.data();
+}
+
 // Everything one call shares: sizes, the plan, and the tensors as row views.
 template <class T>
 struct Ctx {
@@ -236,19 +248,22 @@ void forward_pass(const Ctx<T>& x) {
   const Plan& P = *x.P;
   const int64_t per_bh = P.nq, dv = x.dv;
   parallel_for(x.B * x.H * per_bh, 1, [&](int64_t t0, int64_t t1) {
-    std::vector<T> S(P.TQ * P.TK), acc(P.TQ * dv), mrun(P.TQ), lrun(P.TQ);
+    T* const S = thread_scratch<T>(0, P.TQ * P.TK);  // (TQ, TK) scores, then probabilities
+    T* const acc = thread_scratch<T>(1, P.TQ * dv);  // (TQ, dv) running numerator
+    T* const mrun = thread_scratch<T>(2, P.TQ);      // (TQ) running max
+    T* const lrun = thread_scratch<T>(3, P.TQ);      // (TQ) running normaliser
     for (int64_t task = t0; task < t1; ++task) {
       const int64_t b = task / (x.H * per_bh), h = task / per_bh % x.H, t = task % per_bh;
       const int64_t i0 = t * P.TQ, r = std::min(P.TQ, P.N - i0);
-      std::fill(acc.begin(), acc.end(), T(0));
-      std::fill(mrun.begin(), mrun.end(), kNegInf<T>);
-      std::fill(lrun.begin(), lrun.end(), T(0));
+      std::fill(acc, acc + P.TQ * dv, T(0));
+      std::fill(mrun, mrun + P.TQ, kNegInf<T>);
+      std::fill(lrun, lrun + P.TQ, T(0));
       for (int64_t e = P.q2k_off[t]; e < P.q2k_off[t + 1]; ++e) {
         auto [j0, j1] = P.cols(t, P.q2k[e]);
         const int64_t c = j1 - j0;
-        x.scores(S.data(), b, h, i0, r, j0, c);  // (r, c)
+        x.scores(S, b, h, i0, r, j0, c);  // (r, c)
         for (int64_t ii = 0; ii < r; ++ii) {
-          T* row = S.data() + ii * c;
+          T* row = S + ii * c;
           const T m_new = std::max(mrun[ii], tk::max_row(row, c));
           if (m_new == kNegInf<T>) {  // nothing allowed yet: keep the row empty, no 0 * inf
             std::fill(row, row + c, T(0));
@@ -266,7 +281,7 @@ void forward_pass(const Ctx<T>& x) {
             for (int64_t j = 0; j < c; ++j) row[j] *= tile_dropout_keep_key(key, P.kpos(j0 + j), x.dropout) ? inv : T(0);
           }
         }
-        gemm<T>(false, false, r, dv, c, T(1), S.data(), c, x.V.row(b, h, j0), x.V.sr, T(1), acc.data(), dv);
+        gemm<T>(false, false, r, dv, c, T(1), S, c, x.V.row(b, h, j0), x.V.sr, T(1), acc, dv);
       }
       for (int64_t ii = 0; ii < r; ++ii) {
         T* out = x.O.row(b, h, i0 + ii);
@@ -300,10 +315,11 @@ void backward_pass(const Ctx<T>& x, const Rows<T>& dO, const T* D, const Rows<T>
   const int64_t dk = x.dk, dv = x.dv, N = P.N;
   const bool drop = x.dropout > 0;
   struct Scratch {
-    std::vector<T> S, dP, Z;
+    T *S, *dP, *Z;  // (TQ, TK) each: P then dS, dP, the dropout multipliers
   };
   auto scratch = [&] {
-    return Scratch{std::vector<T>(P.TQ * P.TK), std::vector<T>(P.TQ * P.TK), std::vector<T>(drop ? P.TQ * P.TK : 0)};
+    const size_t tile = P.TQ * P.TK;
+    return Scratch{thread_scratch<T>(0, tile), thread_scratch<T>(1, tile), thread_scratch<T>(4, drop ? tile : 0)};
   };
   // One tile pair (query tile t, key tile kt): recompute P, then
   //   gv (c, dv) += (P * Z)^T dO_t;  dS = P * (dP * Z - D);  gq (r, dk) += dS K_c;  gk (c, dk) += dS^T Q_t
@@ -312,7 +328,7 @@ void backward_pass(const Ctx<T>& x, const Rows<T>& dO, const T* D, const Rows<T>
     const int64_t i0 = t * P.TQ, r = std::min(P.TQ, N - i0);
     auto [j0, j1] = P.cols(t, kt);
     const int64_t c = j1 - j0;
-    T *S = s.S.data(), *dP = s.dP.data(), *Z = drop ? s.Z.data() : nullptr;
+    T *S = s.S, *dP = s.dP, *Z = drop ? s.Z : nullptr;
     x.scores(S, b, h, i0, r, j0, c);
     x.probabilities(S, b, h, i0, r, c);  // P (r, c)
     if (drop) x.dropout_block(Z, b, h, i0, r, j0, c);

@@ -48,8 +48,10 @@ struct TileOptions {
   double dropout = 0;     // attention dropout rate on the probabilities, in [0, 1)
   uint64_t seed = 0;      // dropout: element (b, h, n, m) is kept iff tile_dropout_keep(...)
   bool need_lse = false;  // also return lse as a differentiable output
-  int64_t q_tile = 64;    // rows per query tile
-  int64_t k_tile = 64;    // rows per key tile
+  // Tile sizes. At dk = 64 the BLAS products on 128 x 256 tiles ran about 15% faster (forward)
+  // and 10% (forward + backward) than on 64 x 64 (CPU time, one thread, N = 2048; bench/bench_attention).
+  int64_t q_tile = 128;   // rows per query tile
+  int64_t k_tile = 256;   // rows per key tile
 };
 
 struct TileAttentionResult {
