@@ -4,11 +4,12 @@
 #   make test-sanitize   the whole suite under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make bench           attnlab against PyTorch/OpenBLAS on this machine (needs python3-torch)
 #   make bench-lra       every attention variant, N = 1K ... 16K: time and memory against mha
+#   make bench-attention the fused attention kernel, N = 1K ... 32K, against PyTorch (minutes)
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build demo test test-sanitize bench bench-lra clean
+.PHONY: all deps build demo test test-sanitize bench bench-lra bench-attention clean
 
 all: build
 
@@ -39,6 +40,9 @@ bench: build
 
 bench-lra: build
 	./$(BUILD)/bench/bench_lra --out $(BUILD)/bench
+
+bench-attention: build
+	sh bench/run_attention.sh $(BUILD)
 
 clean:
 	rm -rf $(BUILD) build-sanitize

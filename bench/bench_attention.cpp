@@ -1,0 +1,293 @@
+// bench_attention: attnlab's half of `make bench-attention` (bench/run_attention.sh runs it next
+// to bench/torch_attention.py and joins both into markdown tables). One attention layer core,
+// B = 1, h = 8, dk = dv = 64, float32, forward + backward, at long sequence lengths.
+//
+// Two modes, each printing one JSON object on stdout (progress on stderr):
+//
+//   bench_attention --n N [--causal] [--path kernel|module] [--steps S] [--memory-limit GIB]
+//     One measurement, meant to run in a fresh process (run_attention.sh starts one per side and
+//     N, under a time limit): sets RLIMIT_AS to the memory limit first, so running out of memory
+//     is a caught std::bad_alloc ("status": "oom", exit status 3), not the machine swapping.
+//     path kernel: nn::tile_attention on leaves q, k, v (1, 8, N, 64) with the dense pattern
+//     mha builds when it returns no probabilities (lo = 0, hi = N, or hi = i + 1 if causal),
+//     then backward from a random upstream gradient. path module: the same through the
+//     nn::Attention module "mha" (projections included) on x (1, N, 512).
+//     Reports the median seconds of S steps after a warm-up step, and the peak RSS (ru_maxrss).
+//
+//   bench_attention --throughput [--lengths 4096,8192] [--reps R]
+//     The kernel's GFLOP/s, forward only and forward + backward, against the peak of
+//     cblas_sgemm 2048 x 2048 x 2048 measured in this process with OpenBLAS set to attnlab's
+//     thread count (as bench_ops does; attnlab keeps OpenBLAS at one thread inside its own
+//     tasks, and the count is restored after; the better of a peak taken before and one after
+//     the kernel rows is kept). FLOPs follow FlashAttention-2 (Dao 2023): forward 4 N M dk h
+//     (two products), forward + backward 3.5x that (backward does five products to forward's
+//     two); causal counts only the allowed pairs, N (N + 1) / 2.
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <new>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <cblas.h>
+#include <fmt/format.h>
+
+#include "attnlab.hpp"
+#include "nn/attention/kernels/tile_attention.hpp"
+#include "nn/attention/registry.hpp"
+
+using namespace attnlab;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr int64_t kHeads = 8, kHeadSize = 64;
+constexpr int kOomExit = 3;  // run_attention.sh reads this exit status as "out of memory"
+
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Steps timed at length n when --steps is not given: few at large N, so that N = 32K (minutes
+// per step on a small machine) finishes in a couple of minutes. torch_attention.py uses the same.
+int default_steps(int64_t n) { return n <= 2048 ? 5 : n <= 8192 ? 3 : 1; }
+
+// The warm-up runs one step at this length: the full one up to 8K; beyond, a 2K step is enough to
+// start the thread pool and BLAS and fill the allocator's caches, and a full one would double
+// the time of the largest measurements.
+int64_t warmup_length(int64_t n) { return n <= 8192 ? n : 2048; }
+
+// The pattern mha builds for its fused path without a mask (nn/attention/mha.cpp).
+nn::TilePattern dense_pattern(int64_t n, bool causal) {
+  nn::TilePattern p;
+  p.lo.assign(n, 0);
+  p.hi.resize(n);
+  for (int64_t i = 0; i < n; ++i) p.hi[i] = causal ? i + 1 : n;
+  return p;
+}
+
+// One forward + backward of the kernel or the module at length n; returns a callable step.
+struct Problem {
+  std::shared_ptr<nn::Attention> layer;  // path module only
+  Tensor q, k, v, x, g;
+  nn::TilePattern pattern;
+  bool causal = false;
+
+  Problem(const std::string& path, int64_t n, bool causal_) : causal(causal_) {
+    Generator gen(1);
+    if (path == "module") {
+      manual_seed(0);
+      layer = nn::make_attention(fmt::format("mha(heads={}, key_size={}, value_size={})", kHeads, kHeadSize, kHeadSize),
+                                 kHeads * kHeadSize);
+      x = randn({1, n, kHeads * kHeadSize}, gen).requires_grad_();  // (B, N, D)
+      g = randn({1, n, kHeads * kHeadSize}, gen);                   // (B, N, D)
+    } else {
+      q = randn({1, kHeads, n, kHeadSize}, gen).requires_grad_();  // (B, h, N, dk)
+      k = randn({1, kHeads, n, kHeadSize}, gen).requires_grad_();  // (B, h, M, dk)
+      v = randn({1, kHeads, n, kHeadSize}, gen).requires_grad_();  // (B, h, M, dv)
+      g = randn({1, kHeads, n, kHeadSize}, gen);                   // (B, h, N, dv) upstream gradient
+      pattern = dense_pattern(n, causal);
+    }
+  }
+  void step() {
+    if (layer) {
+      Tensor y = layer->forward(x, {}, {}, causal, false).output;  // (B, N, D), the fused path
+      y.backward(g);
+      layer->zero_grad();
+      x.set_grad({});
+    } else {
+      Tensor o = nn::tile_attention(q, k, v, pattern).out;  // (B, h, N, dv)
+      o.backward(g);
+      q.set_grad({}), k.set_grad({}), v.set_grad({});
+    }
+  }
+  void forward_only() {
+    NoGradGuard no_grad;
+    Tensor o = nn::tile_attention(q, k, v, pattern).out;  // (B, h, N, dv)
+  }
+};
+
+int run_one(const std::string& path, int64_t n, bool causal, int steps, double memory_gib) {
+  rlimit lim{};
+  lim.rlim_cur = lim.rlim_max = static_cast<rlim_t>(memory_gib * double(1 << 30));
+  if (setrlimit(RLIMIT_AS, &lim) != 0) fail<ValueError>("bench_attention: setrlimit(RLIMIT_AS, {} GiB) failed", memory_gib);
+  const std::string head = fmt::format("{{\"side\": \"attnlab\", \"path\": \"{}\", \"n\": {}, \"causal\": {}, ", path,
+                                       n, causal ? "true" : "false");
+  try {
+    {
+      Problem warm(path, warmup_length(n), causal);
+      warm.step();
+    }
+    Problem p(path, n, causal);
+    std::vector<double> times;
+    for (int s = 0; s < steps; ++s) {
+      const auto t0 = Clock::now();
+      p.step();
+      times.push_back(since(t0));
+      std::fprintf(stderr, "bench_attention: %s N=%lld%s step %d: %.3f s\n", path.c_str(), (long long)n,
+                   causal ? " causal" : "", s + 1, times.back());
+    }
+    rusage ru{};
+    getrusage(RUSAGE_SELF, &ru);
+    std::printf("%s\"status\": \"ok\", \"seconds\": %.6f, \"steps\": %d, \"max_rss_kib\": %ld, \"threads\": %d}\n",
+                head.c_str(), median(times), steps, ru.ru_maxrss, num_threads());
+  } catch (const std::bad_alloc&) {
+    std::printf("%s\"status\": \"oom\"}\n", head.c_str());
+    std::fflush(stdout);
+    return kOomExit;
+  }
+  return 0;
+}
+
+// ---- throughput ----
+
+void settle() { std::this_thread::sleep_for(std::chrono::milliseconds(120)); }
+
+template <class F>
+double time_median(F&& f, int reps) {
+  f();  // warm-up
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = Clock::now();
+    f();
+    t.push_back(since(t0));
+  }
+  return median(t);
+}
+
+double sgemm_peak(int threads, int reps) {
+  constexpr int n = 2048;
+  Generator gen(2);
+  Tensor a = randn({n, n}, gen), b = randn({n, n}, gen), c = empty({n, n});  // (n, n) each
+  const float *pa = a.data<float>(), *pb = b.data<float>();
+  float* pc = c.data<float>();
+  const int saved = openblas_get_num_threads();  // attnlab keeps it at 1
+  openblas_set_num_threads(threads);
+  // Enough calls per repetition to last a fraction of a second on any machine.
+  auto calls = [&] {
+    for (int i = 0; i < 3; ++i)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, pa, n, pb, n, 0.0f, pc, n);
+  };
+  const double t = time_median(calls, std::max(3, reps)) / 3;
+  openblas_set_num_threads(saved);
+  settle();  // OpenBLAS's idle threads spin for a while before they sleep
+  return 2.0 * n * n * double(n) / t / 1e9;
+}
+
+int run_throughput(const std::vector<int64_t>& lengths, int reps) {
+  const int threads = num_threads();  // also pins OpenBLAS to 1 thread inside attnlab
+  std::fprintf(stderr, "bench_attention: throughput, %d thread(s), %s\n", threads, openblas_get_config());
+  // The peak is taken before and after the kernel rows and the better one kept: on a shared
+  // machine a peak taken in a quiet moment makes the kernel's fraction conservative.
+  double peak = sgemm_peak(threads, reps);
+  std::fprintf(stderr, "  sgemm 2048^3: %.1f GFLOP/s\n", peak);
+  std::string rows;
+  for (int64_t n : lengths)
+    for (bool causal : {false, true}) {
+      Problem p("kernel", n, causal);
+      const double pairs = causal ? double(n) * double(n + 1) / 2 : double(n) * double(n);
+      const double fwd_gflop = 4.0 * pairs * kHeadSize * kHeads / 1e9;
+      const double tf = time_median([&] { p.forward_only(); }, reps);
+      const double tb = time_median([&] { p.step(); }, reps);
+      std::fprintf(stderr, "  N=%lld%s: forward %.3f s (%.1f GFLOP/s), forward + backward %.3f s (%.1f GFLOP/s)\n",
+                   (long long)n, causal ? " causal" : "", tf, fwd_gflop / tf, tb, 3.5 * fwd_gflop / tb);
+      rows += fmt::format(
+          "{}    {{\"n\": {}, \"causal\": {}, \"forward_seconds\": {:.6f}, \"forward_gflops\": {:.3f}, "
+          "\"step_seconds\": {:.6f}, \"step_gflops\": {:.3f}}}",
+          rows.empty() ? "" : ",\n", n, causal ? "true" : "false", tf, fwd_gflop / tf, tb, 3.5 * fwd_gflop / tb);
+      settle();
+    }
+  const double peak_after = sgemm_peak(threads, reps);
+  std::fprintf(stderr, "  sgemm 2048^3 again: %.1f GFLOP/s\n", peak_after);
+  peak = std::max(peak, peak_after);
+  std::printf("{\"threads\": %d, \"blas\": \"%s\", \"sgemm_gflops\": %.3f, \"rows\": [\n%s\n]}\n", threads,
+              openblas_get_config(), peak, rows.c_str());
+  return 0;
+}
+
+std::vector<int64_t> parse_lengths(const std::string& s) {
+  std::vector<int64_t> out;
+  std::stringstream in(s);
+  for (std::string item; std::getline(in, item, ',');) {
+    char* end = nullptr;
+    const long long v = std::strtoll(item.c_str(), &end, 10);
+    if (item.empty() || *end || v < 1) fail<ValueError>("bench_attention: --lengths expects positive integers, got '{}'", item);
+    out.push_back(v);
+  }
+  return out;
+}
+
+double parse_number(const std::string& option, const std::string& s, double min) {
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || *end || !(v >= min))
+    fail<ValueError>("bench_attention: {} expects a number >= {}, got '{}'", option, min, s);
+  return v;
+}
+
+void usage() {
+  std::fprintf(stderr,
+               "usage: bench_attention --n N [--causal] [--path kernel|module] [--steps S] [--memory-limit GIB]\n"
+               "       bench_attention --throughput [--lengths 4096,8192] [--reps R]\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int64_t n = 0;
+  bool causal = false, throughput = false;
+  std::string path = "kernel";
+  int steps = 0, reps = 3;
+  double memory_gib = 20;
+  std::vector<int64_t> lengths = {4096, 8192};
+  try {
+    for (int i = 1; i < argc; ++i) {
+      const std::string a = argv[i];
+      const bool has_value = i + 1 < argc;
+      if (a == "--n" && has_value) {
+        n = static_cast<int64_t>(parse_number("--n", argv[++i], 1));
+      } else if (a == "--causal") {
+        causal = true;
+      } else if (a == "--path" && has_value) {
+        path = argv[++i];
+        if (path != "kernel" && path != "module")
+          fail<ValueError>("bench_attention: --path expects kernel or module, got '{}'", path);
+      } else if (a == "--steps" && has_value) {
+        steps = static_cast<int>(parse_number("--steps", argv[++i], 1));
+      } else if (a == "--memory-limit" && has_value) {
+        memory_gib = parse_number("--memory-limit", argv[++i], 0.25);
+      } else if (a == "--throughput") {
+        throughput = true;
+      } else if (a == "--lengths" && has_value) {
+        lengths = parse_lengths(argv[++i]);
+      } else if (a == "--reps" && has_value) {
+        reps = static_cast<int>(parse_number("--reps", argv[++i], 1));
+      } else {
+        usage();
+        return a == "--help" || a == "-h" ? 0 : 2;
+      }
+    }
+    if (throughput) return run_throughput(lengths, reps);
+    if (n == 0) {
+      usage();
+      return 2;
+    }
+    return run_one(path, n, causal, steps ? steps : default_steps(n), memory_gib);
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "bench_attention: out of memory\n");
+    return kOomExit;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());  // the message names the program
+    return 1;
+  }
+}
