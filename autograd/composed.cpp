@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "autograd/grad_mode.hpp"
 #include "autograd/ops.hpp"
 #include "tensor/kernels.hpp"
 
@@ -82,6 +83,19 @@ Tensor var(const Tensor& x, const std::vector<int64_t>& dims, int64_t correction
   Tensor centered = x - mean(x, dims, true);
   const double n = double(reduced_count(x, dims, "var")) - double(correction);
   return sum(square(centered), dims, keepdim) * (1.0 / std::max(n, 0.0));
+}
+
+// The readable twin of the fused layer_norm (derivatives.cpp), and the form LRP needs: under
+// ConservativeMode 1/std is a constant, so the layer is linear in x (grad_mode.hpp).
+Tensor layer_norm_composed(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  Tensor mu = mean(x, {-1}, true);                     // (..., 1)
+  Tensor var_ = var(x, {-1}, /*correction=*/0, true);  // (..., 1)
+  Tensor inv_std = rsqrt(var_ + eps);                  // (..., 1)
+  if (ConservativeMode::is_enabled()) inv_std = inv_std.detach();
+  Tensor y = (x - mu) * inv_std;         // (..., D)
+  if (weight.defined()) y = y * weight;  // (..., D) * (D)
+  if (bias.defined()) y = y + bias;      // (..., D) + (D)
+  return y;
 }
 
 ValuesIndices max(const Tensor& x, int64_t dim, bool keepdim) {

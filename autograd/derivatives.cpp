@@ -639,3 +639,62 @@ Tensor cross_entropy_fused(const Tensor& logits, const Tensor& targets, int64_t 
 }
 
 }  // namespace attnlab
+
+// ============================ fused training-step ops (declared in autograd/ops.hpp) ============================
+// Layer norm (optionally of a residual sum) and bias + GELU as single primitives over rows
+// (kernels/fused.cpp), for the transformer's training step. Their backward formulas compute the
+// bias and weight gradients themselves, already reduced to (D): summing over the rows in the
+// same pass that writes dx saves reading the (R, D) gradient again (the engine's sum_to is then
+// a no-op). Tested against the composed forms (tests/autograd/test_fused_vs_composed.cpp).
+namespace attnlab {
+
+namespace {
+
+// The layer-norm node of s (the normalised input, with history): backward recomputes the
+// normalised values from s, the saved per-row mean and rstd, and the weight.
+Tensor record_layer_norm(const Tensor& s, const Tensor& weight, const Tensor& bias, const k::LayerNormOut& out) {
+  return record("layer_norm", out.y, {s, weight, bias},
+                [s = s.detach(), weight = weight.defined() ? weight.detach() : Tensor(), mean = out.mean,
+                 rstd = out.rstd](const Tensor& g, const Tensor&, const Node& n) {
+                  k::LayerNormGrads r = k::layer_norm_backward(g, s, mean, rstd, weight, n.needs_grad(0),
+                                                               n.needs_grad(1), n.needs_grad(2));
+                  return Grads{r.dx, r.dweight, r.dbias};
+                });
+}
+
+}  // namespace
+
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  if (ConservativeMode::is_enabled()) return layer_norm_composed(x, weight, bias, eps);
+  return record_layer_norm(x, weight, bias, k::layer_norm(x, {}, weight, bias, eps));
+}
+
+AddLayerNorm add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias,
+                            double eps) {
+  if (!residual.defined()) fail<ValueError>("add_layer_norm: residual is undefined (use layer_norm)");
+  if (ConservativeMode::is_enabled()) {
+    Tensor s = add(x, residual);
+    return {s, layer_norm_composed(s, weight, bias, eps)};
+  }
+  k::LayerNormOut out = k::layer_norm(x, residual, weight, bias, eps);
+  // Two nodes from one pass: the sum (whose gradient, identity to both inputs, the engine
+  // reduces to the residual's shape) and the norm of the sum.
+  Tensor s = record("add", out.sum, {x, residual},
+                    [](const Tensor& g, const Tensor&, const Node&) { return Grads{g, g}; });
+  return {s, record_layer_norm(s, weight, bias, out)};
+}
+
+Tensor bias_gelu(const Tensor& x, const Tensor& bias, const std::string& approximate) {
+  if (approximate != "none" && approximate != "tanh")
+    fail<ValueError>("bias_gelu: approximate must be \"none\" or \"tanh\", got \"{}\"", approximate);
+  if (!bias.defined()) fail<ValueError>("bias_gelu: bias is undefined (use gelu)");
+  const bool tanh_form = approximate == "tanh";
+  if (ConservativeMode::is_enabled()) return gelu(add(x, bias), approximate);  // gelu's LRP rule
+  return record("bias_gelu", k::bias_gelu(x, bias, tanh_form), {x, bias},
+                [x = x.detach(), bias = bias.detach(), tanh_form](const Tensor& g, const Tensor&, const Node& n) {
+                  auto [dx, dbias] = k::bias_gelu_backward(g, x, bias, tanh_form, n.needs_grad(1));
+                  return Grads{dx, dbias};
+                });
+}
+
+}  // namespace attnlab

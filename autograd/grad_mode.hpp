@@ -2,9 +2,10 @@
 // torch.no_grad()); the engine runs every backward formula under one.
 // ConservativeMode is for layer-wise relevance propagation (Ali et al. 2022, "XAI for
 // Transformers: Better Explanations through Conservative Propagation"): while it is on, softmax
-// returns its probabilities without history (the AH-rule), nn::LayerNorm treats 1/std as a
-// constant (the LN-rule) and gelu(x) is recorded as x * (gelu(x) / x) with the ratio constant,
-// so that gradient x input is conservative through them (docs/analysis.md).
+// returns its probabilities without history (the AH-rule), layer_norm (so nn::LayerNorm) runs
+// its composed form with 1/std constant (the LN-rule) and gelu(x) is recorded as
+// x * (gelu(x) / x) with the ratio constant (bias_gelu as gelu(x + bias)), so that gradient x
+// input is conservative through them (docs/analysis.md).
 #pragma once
 
 namespace attnlab {

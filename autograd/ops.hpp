@@ -121,6 +121,26 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 // matmul. Supports "->" with an explicit output and the implicit form, and "..." (ellipsis).
 Tensor einsum(const std::string& equation, const std::vector<Tensor>& operands);
 
+// ---- fused training-step ops (hand-written backward; kernels in tensor/kernels/fused.cpp) ----
+// Layer norm over the last dim of x (..., D): (x - mean) / sqrt(var + eps) * weight + bias, with
+// the biased variance, like F.layer_norm(x, (D,), weight, bias, eps). weight and bias are (D)
+// or undefined (left out). One pass per row forward and backward; layer_norm_composed is its
+// readable twin, built from mean, var and rsqrt, and what runs under ConservativeMode (LRP's
+// LN-rule needs 1/std detached).
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+Tensor layer_norm_composed(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+// The residual add and the layer norm after it, in one pass: sum = x + residual (residual
+// broadcast to x) and normed = layer_norm(sum, weight, bias, eps), both differentiable.
+struct AddLayerNorm {
+  Tensor sum;     // x + residual
+  Tensor normed;  // layer_norm(sum)
+};
+AddLayerNorm add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias,
+                            double eps = 1e-5);
+// gelu(x + bias) with bias (D) along the last dim of x (..., D), one pass forward and one
+// backward (dx and dbias together). approximate: "none" or "tanh", as for gelu.
+Tensor bias_gelu(const Tensor& x, const Tensor& bias, const std::string& approximate = "none");
+
 // ---- losses ----
 // Fused log-softmax + NLL (with label smoothing) over rows: logits (R, C), int64 targets (R).
 // nn::cross_entropy (nn/loss.hpp) is the user-facing form; kernels in tensor/kernels/loss.cpp.

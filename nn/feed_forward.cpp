@@ -14,8 +14,14 @@ FeedForward::FeedForward(int64_t d_model, int64_t hidden, std::string act, doubl
 }
 
 Tensor FeedForward::forward(const Tensor& x) {
-  Tensor h = nn::activation(activation, fc1->forward(x));  // (..., hidden)
-  h = dropout->forward(h);                                 // (..., hidden)
+  Tensor h;  // (..., hidden)
+  if ((activation == "gelu" || activation == "gelu_tanh") && fc1->bias.defined()) {
+    // fc1's bias added inside the GELU pass (bias_gelu): one read and write of h, not two.
+    h = bias_gelu(fc1->forward_without_bias(x), fc1->bias, activation == "gelu" ? "none" : "tanh");
+  } else {
+    h = nn::activation(activation, fc1->forward(x));
+  }
+  h = dropout->forward(h);  // (..., hidden)
   return fc2->forward(h);                                  // (..., d_model)
 }
 

@@ -1,6 +1,8 @@
 // nn::FeedForward: the position-wise MLP of a transformer block (Vaswani et al. 2017, sec. 3.3),
 // fc2(dropout(act(fc1(x)))), the order of torch.nn.TransformerEncoderLayer's feed-forward
-// block; the dropout on the block's output belongs to the residual connection around it.
+// block; the dropout on the block's output belongs to the residual connection around it. With
+// a GELU activation, fc1's bias is added inside the GELU pass (the fused bias_gelu op); the
+// parameters are fc1's all the same.
 // Children: fc1 = Linear(d_model, hidden), dropout = Dropout(p), fc2 = Linear(hidden, d_model).
 #pragma once
 #include <memory>

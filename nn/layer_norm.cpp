@@ -1,7 +1,6 @@
 // nn::LayerNorm (see layer_norm.hpp).
 #include "nn/layer_norm.hpp"
 
-#include "autograd/grad_mode.hpp"
 #include "autograd/ops.hpp"
 #include "nn/init.hpp"
 
@@ -22,18 +21,19 @@ void LayerNorm::reset_parameters() {
   if (bias.defined()) init::zeros_(bias);
 }
 
-Tensor LayerNorm::forward(const Tensor& x) {
+void LayerNorm::check_input(const Tensor& x) const {
   if (x.dim() == 0 || x.shape().back() != dim)
     fail<ShapeError>("LayerNorm({}): expected input (..., {}), got {}", dim, dim, to_string(x.shape()));
-  Tensor mu = mean(x, {-1}, true);                     // (..., 1)
-  Tensor var_ = var(x, {-1}, /*correction=*/0, true);  // (..., 1)
-  Tensor inv_std = rsqrt(var_ + eps);                  // (..., 1)
-  // LRP's LN-rule: 1/std is a constant, so the layer is linear in x (grad_mode.hpp).
-  if (ConservativeMode::is_enabled()) inv_std = inv_std.detach();
-  Tensor y = (x - mu) * inv_std;                       // (..., dim)
-  if (weight.defined()) y = y * weight;                // (..., dim) * (dim)
-  if (bias.defined()) y = y + bias;                    // (..., dim) + (dim)
-  return y;
+}
+
+Tensor LayerNorm::forward(const Tensor& x) {
+  check_input(x);
+  return layer_norm(x, weight, bias, eps);  // (..., dim)
+}
+
+AddLayerNorm LayerNorm::forward_residual(const Tensor& x, const Tensor& residual) {
+  check_input(x);
+  return add_layer_norm(x, residual, weight, bias, eps);  // (..., dim) twice
 }
 
 std::string LayerNorm::extra_repr() const {

@@ -1,8 +1,8 @@
 // nn::LayerNorm over the last dim (Ba, Kiros & Hinton 2016; torch.nn.LayerNorm with an int
 // normalized_shape): y = (x - mean) / sqrt(var + eps) * weight + bias, with the biased
-// variance (correction 0). Composed from mean, var and rsqrt, so its gradient comes from
-// those primitives. Parameters (when elementwise_affine): weight (dim) = 1, bias (dim) = 0
-// (bias only when bias = true).
+// variance (correction 0). Runs the fused layer_norm op (autograd/ops.hpp); its composed twin
+// layer_norm_composed (mean, var, rsqrt) runs under ConservativeMode. Parameters (when
+// elementwise_affine): weight (dim) = 1, bias (dim) = 0 (bias only when bias = true).
 #pragma once
 #include "nn/module.hpp"
 
@@ -14,6 +14,9 @@ class LayerNorm : public UnaryModule {
   void reset_parameters();
   // x (..., dim) -> (..., dim)
   Tensor forward(const Tensor& x) override;
+  // The residual add before the norm, fused: {x + residual, forward(x + residual)}, both with
+  // history (x and residual (..., dim)).
+  AddLayerNorm forward_residual(const Tensor& x, const Tensor& residual);
   std::string type_name() const override { return "LayerNorm"; }
   std::string extra_repr() const override;
 
@@ -21,6 +24,9 @@ class LayerNorm : public UnaryModule {
   double eps;
   Tensor weight;  // (dim), undefined without elementwise_affine
   Tensor bias;    // (dim), undefined without elementwise_affine or bias
+
+ private:
+  void check_input(const Tensor& x) const;
 };
 
 }  // namespace attnlab::nn

@@ -24,11 +24,15 @@ void Linear::reset_parameters(Generator& gen) {
 }
 
 Tensor Linear::forward(const Tensor& x) {
+  Tensor y = forward_without_bias(x);    // (..., out)
+  return bias.defined() ? y + bias : y;  // (..., out) + (out)
+}
+
+Tensor Linear::forward_without_bias(const Tensor& x) {
   if (x.dim() == 0 || x.shape().back() != in_features)
     fail<ShapeError>("Linear(in_features={}, out_features={}): expected input (..., {}), got {}", in_features,
                      out_features, in_features, to_string(x.shape()));
-  Tensor y = matmul(x, transpose(weight, 0, 1));  // (..., in) @ (in, out) -> (..., out)
-  return bias.defined() ? y + bias : y;           // (..., out) + (out)
+  return matmul(x, transpose(weight, 0, 1));  // (..., in) @ (in, out) -> (..., out)
 }
 
 std::string Linear::extra_repr() const {

@@ -14,6 +14,8 @@ class Linear : public UnaryModule {
   void reset_parameters(Generator& gen = default_generator());
   // x (..., in) -> (..., out)
   Tensor forward(const Tensor& x) override;
+  // x W^T alone, for callers that fuse the bias into the next pass (FeedForward's bias_gelu).
+  Tensor forward_without_bias(const Tensor& x);
   std::string type_name() const override { return "Linear"; }
   std::string extra_repr() const override;
 

@@ -54,28 +54,33 @@ Tensor TransformerBlock::forward(const Tensor& x, const Tensor& mask, bool causa
     if (observed) attention_observer(r);
     return r.output;  // (B, N, D)
   };
-  Tensor h = x;  // (B, N, D)
+  // Every residual add that a layer norm reads at once runs fused with it (forward_residual):
+  // one pass gives the sum, which the next residual add needs, and its norm.
   if (config.norm_first) {
-    h = h + (*dropout)(self_attention((*norm1)(h)));
-    if (cross_attn && memory.defined())
-      h = h + (*dropout)(cross_attn->forward((*norm_cross)(h), memory, memory_mask).output);
-    return h + (*dropout)((*ffn)((*norm2)(h)));
+    Tensor branch = (*dropout)(self_attention((*norm1)(x)));  // (B, N, D)
+    Tensor h = x;                                              // (B, N, D)
+    if (cross_attn && memory.defined()) {
+      AddLayerNorm a = norm_cross->forward_residual(h, branch);  // h + branch, and its norm
+      branch = (*dropout)(cross_attn->forward(a.normed, memory, memory_mask).output);
+      h = a.sum;
+    }
+    AddLayerNorm a = norm2->forward_residual(h, branch);  // (B, N, D) twice
+    return a.sum + (*dropout)((*ffn)(a.normed));
   }
-  h = (*norm1)(h + (*dropout)(self_attention(h)));
+  Tensor h = norm1->forward_residual(x, (*dropout)(self_attention(x))).normed;  // (B, N, D)
   if (cross_attn && memory.defined())
-    h = (*norm_cross)(h + (*dropout)(cross_attn->forward(h, memory, memory_mask).output));
-  return (*norm2)(h + (*dropout)((*ffn)(h)));
+    h = norm_cross->forward_residual(h, (*dropout)(cross_attn->forward(h, memory, memory_mask).output)).normed;
+  return norm2->forward_residual(h, (*dropout)((*ffn)(h))).normed;
 }
 
 Tensor TransformerBlock::forward_step(const Tensor& x_new, AttentionCache& cache) {
   if (cross_attn) fail<ValueError>("TransformerBlock: forward_step supports blocks without cross-attention only");
-  Tensor h = x_new;  // (B, T, D)
   if (config.norm_first) {
-    h = h + attn->forward_step((*norm1)(h), cache);
-    return h + (*ffn)((*norm2)(h));
+    AddLayerNorm a = norm2->forward_residual(x_new, attn->forward_step((*norm1)(x_new), cache));  // (B, T, D)
+    return a.sum + (*ffn)(a.normed);
   }
-  h = (*norm1)(h + attn->forward_step(h, cache));
-  return (*norm2)(h + (*ffn)(h));
+  Tensor h = norm1->forward_residual(x_new, attn->forward_step(x_new, cache)).normed;  // (B, T, D)
+  return norm2->forward_residual(h, (*ffn)(h)).normed;
 }
 
 Tensor l0_penalty(const Module& model) {

@@ -104,4 +104,35 @@ std::pair<Tensor, Tensor> cross_entropy_rows(const Tensor& logits, const Tensor&
 Tensor cross_entropy_rows_backward(const Tensor& grad, double scale, const Tensor& logits, const Tensor& targets,
                                    const Tensor& lse, int64_t ignore_index, double smoothing);
 
+// ---- fused training-step passes (kernels/fused.cpp) ----
+// Layer norm over the last dim of x (..., D), one pass over the rows:
+//   y = (s - mean) * rstd * weight + bias,  rstd = 1 / sqrt(var + eps) (biased variance),
+// with s = x, or s = x + residual when `residual` is defined (broadcastable to x; the sum is
+// returned too). weight and bias are (D) or undefined. mean and rstd, per row, have x's shape
+// without its last dim; backward recomputes the normalised values from them.
+struct LayerNormOut {
+  Tensor y;     // (..., D)
+  Tensor sum;   // (..., D), x + residual; undefined without a residual
+  Tensor mean;  // (...)
+  Tensor rstd;  // (...)
+};
+LayerNormOut layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias,
+                        double eps);
+// From grad = dL/dy (broadcastable to s): with xhat = (s - mean) rstd and gy = grad * weight,
+//   ds = rstd (gy - mean_D(gy) - xhat mean_D(gy xhat)),  dweight = sum_rows(grad xhat),
+//   dbias = sum_rows(grad);
+// each only when asked (else undefined). The row sums are the same for any thread count.
+struct LayerNormGrads {
+  Tensor dx, dweight, dbias;
+};
+LayerNormGrads layer_norm_backward(const Tensor& grad, const Tensor& s, const Tensor& mean, const Tensor& rstd,
+                                   const Tensor& weight, bool need_dx, bool need_dweight, bool need_dbias);
+// gelu(x + bias) with bias (D) added along the last dim of x (..., D), in one pass; the exact
+// (erf) form, or the tanh form when `tanh_form`.
+Tensor bias_gelu(const Tensor& x, const Tensor& bias, bool tanh_form);
+// (dx, dbias) from grad = dL/dy: dx = grad * gelu'(x + bias) (x's shape), dbias = sum_rows(dx)
+// (D) when need_dbias (else undefined), the same for any thread count.
+std::pair<Tensor, Tensor> bias_gelu_backward(const Tensor& grad, const Tensor& x, const Tensor& bias, bool tanh_form,
+                                             bool need_dbias);
+
 }  // namespace attnlab::kernels

@@ -3,16 +3,12 @@
 #include <cmath>
 
 #include "tensor/kernels.hpp"
+#include "tensor/kernels/gelu.hpp"
 #include "tensor/kernels/map.hpp"
-#include "tensor/kernels/rows.hpp"  // exp_fast, normal_cdf_fast: std::exp and std::erf do not vectorise
+#include "tensor/kernels/rows.hpp"  // exp_fast: std::exp does not vectorise
 
 namespace attnlab::kernels {
 namespace {
-
-constexpr double kInvSqrt2 = 0.70710678118654752440;
-constexpr double kInvSqrt2Pi = 0.39894228040143267794;
-constexpr double kSqrt2OverPi = 0.79788456080286535588;
-constexpr double kGeluC = 0.044715;
 
 const char* unary_name(Unary op) {
   switch (op) {
@@ -43,19 +39,6 @@ const char* unary_name(Unary op) {
   return "unary";
 }
 
-// GELU (erf form), x Phi(x), and its derivative Phi(x) + x phi(x). Float goes through
-// normal_cdf_fast (vectorises, and keeps its relative precision in the negative tail where
-// 1 + erf cancels), which also gives the exp(-x^2 / 2) of phi; double through the library's erf.
-inline float gelu_erf(float x) { return x * normal_cdf_fast(x).cdf; }
-inline double gelu_erf(double x) { return 0.5 * x * (1.0 + std::erf(x * kInvSqrt2)); }
-inline float gelu_erf_grad(float x) {
-  const NormalCdf n = normal_cdf_fast(x);
-  return n.cdf + x * static_cast<float>(kInvSqrt2Pi) * n.gauss;
-}
-inline double gelu_erf_grad(double x) {
-  return 0.5 * (1.0 + std::erf(x * kInvSqrt2)) + x * kInvSqrt2Pi * std::exp(-0.5 * x * x);
-}
-
 template <class T>
 T sigmoid(T x) {
   return x >= 0 ? T(1) / (T(1) + std::exp(-x)) : std::exp(x) / (T(1) + std::exp(x));
@@ -81,14 +64,9 @@ void with_unary(Unary op, UnaryParams p, Run&& run) {
     case Unary::Square: return run([](T x) { return x * x; });
     case Unary::Reciprocal: return run([](T x) { return T(1) / x; });
     case Unary::GeluErf: return run([](T x) { return gelu_erf(x); });
-    case Unary::GeluTanh:
-      return run([](T x) { return T(0.5) * x * (T(1) + std::tanh(T(kSqrt2OverPi) * (x + T(kGeluC) * x * x * x))); });
+    case Unary::GeluTanh: return run([](T x) { return gelu_tanh(x); });
     case Unary::GeluErfGrad: return run([](T x) { return gelu_erf_grad(x); });
-    case Unary::GeluTanhGrad:
-      return run([](T x) {
-        T t = std::tanh(T(kSqrt2OverPi) * (x + T(kGeluC) * x * x * x));
-        return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * T(kSqrt2OverPi) * (T(1) + T(3 * kGeluC) * x * x);
-      });
+    case Unary::GeluTanhGrad: return run([](T x) { return gelu_tanh_grad(x); });
     case Unary::Elu: return run([a](T x) { return x > 0 ? x : a * (std::exp(x) - T(1)); });
     case Unary::EluGrad: return run([a](T x) { return x > 0 ? T(1) : a * std::exp(x); });
     case Unary::Softplus:

@@ -316,8 +316,21 @@ const Cases kLayers = {
      }},
 };
 
-const std::vector<const Cases*> kAllTables = {&kBinary, &kUnary,    &kReductions, &kSoftmax,
-                                              &kProducts, &kIndexing, &kViews,      &kLayers};
+// The fused training-step ops (kernels/fused.cpp) against F.layer_norm and F.gelu(x + b).
+const Cases kFused = {
+    {"layer_norm_fused", [](In x) { return layer_norm(x[0], x[1], x[2], 1e-5); }},
+    {"layer_norm_fused_plain", [](In x) { return layer_norm(x[0], {}, {}, 1e-3); }},
+    {"add_layer_norm",
+     [](In x) {
+       AddLayerNorm a = add_layer_norm(x[0], x[1], x[2], x[3], 1e-5);
+       return std::vector<Tensor>{a.sum, a.normed};
+     }},
+    {"bias_gelu", [](In x) { return bias_gelu(x[0], x[1]); }},
+    {"bias_gelu_tanh", [](In x) { return bias_gelu(x[0], x[1], "tanh"); }},
+};
+
+const std::vector<const Cases*> kAllTables = {&kBinary,   &kUnary, &kReductions, &kSoftmax, &kProducts,
+                                              &kIndexing, &kViews, &kLayers,     &kFused};
 
 }  // namespace
 
@@ -329,6 +342,7 @@ TEST_CASE("golden: matmul and einsum match PyTorch") { check_cases(kProducts); }
 TEST_CASE("golden: structure and indexing ops match PyTorch") { check_cases(kIndexing); }
 TEST_CASE("golden: views and copies match PyTorch") { check_cases(kViews); }
 TEST_CASE("golden: composed layers match PyTorch's layer_norm, linear+gelu and attention") { check_cases(kLayers); }
+TEST_CASE("golden: fused layer_norm, add_layer_norm and bias_gelu match PyTorch") { check_cases(kFused); }
 
 TEST_CASE("golden: the C++ cases and the golden file name the same cases") {
   std::set<std::string> in_cpp;

@@ -230,6 +230,27 @@ TEST_CASE("gradcheck: FeedForward with each activation, dropout inside follows t
 
 // ============================ Dropout ============================
 
+TEST_CASE("nn::LayerNorm and FeedForward run the fused ops with unchanged parameters") {
+  manual_seed(3);
+  nn::LayerNorm ln(6);
+  nn::FeedForward ffn(6, 12, "gelu_tanh");
+  auto names = ffn.named_parameters();
+  std::vector<std::string> keys;
+  for (auto& [k, v] : names) keys.push_back(k);
+  CHECK(keys == std::vector<std::string>{"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"});
+  Generator g(6);
+  Tensor x = randn({2, 3, 6}, g);
+  nn::init::normal_(ln.weight, 1.0, 0.2);
+  nn::init::normal_(ln.bias, 0.0, 0.2);
+  Tensor y = ffn(ln(x));  // (2, 3, 6)
+  Tensor h = nn::activation("gelu_tanh", ffn.fc1->forward(layer_norm_composed(x, ln.weight, ln.bias)));
+  CHECK(allclose(y, ffn.fc2->forward(h), 1e-5, 1e-6));
+  AddLayerNorm a = ln.forward_residual(x, x);
+  CHECK(allclose(a.sum, x * 2.0, 0, 0));
+  CHECK(allclose(a.normed, ln(x * 2.0), 1e-6, 1e-6));
+  CHECK_THROWS_AS(ln.forward_residual(randn({2, 5}, g), randn({2, 5}, g)), ShapeError);
+}
+
 TEST_CASE("Dropout: inverted scaling, drop rate, eval identity, p = 0") {
   nn::Dropout d(0.3);
   d.set_seed(123);

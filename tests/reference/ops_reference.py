@@ -821,6 +821,38 @@ def _(d):
     return Spec([d.randn(B, h, T, dk), d.randn(B, h, T, dk), d.randn(B, h, T, dk), mask], attention)
 
 
+# ============================ fused training-step ops ============================
+
+@case("layer_norm_fused", "layer_norm(x, w, b, 1e-5)  // the fused op, (2,3,8)")
+def _(d):
+    return Spec([d.randn(2, 3, 8), 1 + 0.1 * d.randn(8), 0.1 * d.randn(8)],
+                lambda x, w, b: F.layer_norm(x, (8,), w, b, 1e-5))
+
+
+@case("layer_norm_fused_plain", "layer_norm(x, {}, {}, 1e-3)  // no weight or bias, rows of 20")
+def _(d):
+    return Spec([2 + 3 * d.randn(3, 20)], lambda x: F.layer_norm(x, (20,), None, None, 1e-3))
+
+
+@case("add_layer_norm", "add_layer_norm(x, r, w, b, 1e-5) -> {sum, normed}  // r (3,8) broadcast to x (2,3,8)")
+def _(d):
+    def add_ln(x, r, w, b):
+        s = x + r
+        return s, F.layer_norm(s, (8,), w, b, 1e-5)
+
+    return Spec([d.randn(2, 3, 8), d.randn(3, 8), 1 + 0.1 * d.randn(8), 0.1 * d.randn(8)], add_ln)
+
+
+@case("bias_gelu", "bias_gelu(x, b)  // gelu(x + b), b (8) along the last dim of x (4,8)")
+def _(d):
+    return Spec([2 * d.randn(4, 8), d.randn(8)], lambda x, b: F.gelu(x + b))
+
+
+@case("bias_gelu_tanh", 'bias_gelu(x, b, "tanh")  // (2,3,8)')
+def _(d):
+    return Spec([2 * d.randn(2, 3, 8), d.randn(8)], lambda x, b: F.gelu(x + b, approximate="tanh"))
+
+
 # ============================ writing the file ============================
 
 def main():
