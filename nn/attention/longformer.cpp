@@ -369,6 +369,7 @@ std::vector<PatternPart> Longformer::parts(int64_t N, int64_t M, bool causal) co
   if (!rows.empty()) {  // the global rows against every key (causal: m <= n)
     PatternPart part;
     part.q_rows = rows;
+    part.alone = true;  // the other parts give the global rows nothing
     part.pattern.lo.assign(rows.size(), 0);
     for (int64_t g : rows) part.pattern.hi.push_back(causal ? std::min(g + 1, M) : M);
     out.push_back(std::move(part));

@@ -93,24 +93,39 @@ Tensor attend_parts(std::vector<PatternPart>& parts, const Tensor& q, const Tens
   auto gather = [](const Tensor& t, const std::vector<int64_t>& rows) {
     return rows.empty() ? t : index_select(t, 2, from_vector(rows));
   };
-  std::vector<PatternPart*> live;  // parts that allow something
+  std::vector<PatternPart*> merged, alone;  // the parts that allow something
   for (PatternPart& part : parts)
-    if (!all_empty(part.pattern)) live.push_back(&part);
-  opt.need_lse = live.size() > 1;
-  std::vector<Tensor> outs, lses;
-  for (PatternPart* pp : live) {
-    PatternPart& part = *pp;
+    if (!all_empty(part.pattern)) (part.alone ? alone : merged).push_back(&part);
+  std::vector<char> taken(N, 0);  // rows an `alone` part owns: no other part may give them a key
+  for (PatternPart* part : alone) {
+    if (part->q_rows.empty()) fail<ValueError>("{}: internal: a part computed alone needs its q_rows", variant);
+    for (int64_t n : part->q_rows) {
+      if (taken[n]) fail<ValueError>("{}: internal: query {} is in two parts computed alone", variant, n);
+      taken[n] = 1;
+    }
+  }
+  for (PatternPart* part : merged)
+    for (size_t i = 0; i < part->pattern.lo.size(); ++i)
+      if (taken[part->q_rows.empty() ? int64_t(i) : part->q_rows[i]] && part->pattern.lo[i] < part->pattern.hi[i])
+        fail<ValueError>("{}: internal: a query of a part computed alone gets keys from another part", variant);
+
+  auto run = [&](PatternPart& part, bool need_lse) {
     part.pattern.q_pos = part.q_rows;
     part.pattern.k_pos = part.k_rows;
     part.pattern.mask = mask;
     opt.q_tile = opt.k_tile = part.tile;
-    TileAttentionResult r = tile_attention(part.q.defined() ? part.q : gather(q, part.q_rows),
-                                           part.k.defined() ? part.k : gather(k, part.k_rows),
-                                           part.v.defined() ? part.v : gather(v, part.k_rows), part.pattern, opt);
-    if (!part.q_rows.empty()) {  // back to position order; row R (a zero output, lse -inf) for the queries left out
-      const int64_t R = int64_t(part.q_rows.size());
+    opt.need_lse = need_lse;
+    return tile_attention(part.q.defined() ? part.q : gather(q, part.q_rows),
+                          part.k.defined() ? part.k : gather(k, part.k_rows),
+                          part.v.defined() ? part.v : gather(v, part.k_rows), part.pattern, opt);
+  };
+  std::vector<Tensor> outs, lses;
+  for (PatternPart* part : merged) {
+    TileAttentionResult r = run(*part, merged.size() > 1);
+    if (!part->q_rows.empty()) {  // back to position order; row R (a zero output, lse -inf) for the queries left out
+      const int64_t R = int64_t(part->q_rows.size());
       std::vector<int64_t> back(N, R);
-      for (int64_t i = 0; i < R; ++i) back[part.q_rows[i]] = i;
+      for (int64_t i = 0; i < R; ++i) back[part->q_rows[i]] = i;
       if (R < N) {
         r.out = cat({r.out, zeros({B, h, 1, dv}, r.out.dtype())}, 2);                      // (B, h, R + 1, dv)
         if (r.lse.defined()) r.lse = cat({r.lse, full({B, h, 1}, -INFINITY, r.lse.dtype())}, 2);  // (B, h, R + 1)
@@ -121,8 +136,7 @@ Tensor attend_parts(std::vector<PatternPart>& parts, const Tensor& q, const Tens
     outs.push_back(r.out);  // (B, h, N, dv)
     lses.push_back(r.lse);  // (B, h, N)
   }
-  if (outs.empty()) return zeros({B, h, N, dv}, q.dtype());
-  Tensor o = outs[0];
+  Tensor o = outs.empty() ? zeros({B, h, N, dv}, q.dtype()) : outs[0];  // (B, h, N, dv)
   if (outs.size() > 1) {
     // softmax over the parts' lse; a row that no part allows gets weight 0 everywhere (no NaN).
     Tensor L = stack(lses, -1);                   // (B, h, N, P)
@@ -132,7 +146,17 @@ Tensor attend_parts(std::vector<PatternPart>& parts, const Tensor& q, const Tens
       o = p == 0 ? term : o + term;
     }
   }
-  return o;
+  if (alone.empty()) return o;
+  // The rows computed alone replace theirs: one gather from (merged rows, then each alone part's).
+  std::vector<Tensor> pieces = {o};
+  std::vector<int64_t> src(N);
+  for (int64_t n = 0; n < N; ++n) src[n] = n;
+  int64_t next = N;
+  for (PatternPart* part : alone) {
+    pieces.push_back(run(*part, false).out);  // (B, h, R, dv)
+    for (int64_t n : part->q_rows) src[n] = next++;
+  }
+  return gather(cat(pieces, 2), src);  // (B, h, N, dv)
 }
 
 PatternPart dilated_band(int64_t n, int64_t m, int64_t window, int64_t dilation, bool causal,

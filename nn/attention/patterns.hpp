@@ -37,13 +37,18 @@ struct PatternPart {
   // v (B, h, |k_rows|, dv). Undefined: rows gathered from the shared q, k, v of attend_parts.
   // (longformer's separate_global rows use other projections.)
   Tensor q, k, v;
+  // The other parts give this part's queries no key: their rows take its output as it is, with
+  // no lse and no merge (longformer's global rows). Needs q_rows.
+  bool alone = false;
 };
 
 // Softmax attention over the union of disjoint parts, in position order: each part on
 // tile_attention, then the parts merged exactly by their log-sum-exps. q (B, h, N, dk),
 // k (B, h, M, dk), v (B, h, M, dv); `mask` bool broadcastable to (B, h, N, M) on raw positions;
 // options.dropout/seed are shared by the parts (the draws are keyed by raw (b, h, n, m), so the
-// parts together are one dropout). Returns (B, h, N, dv); rows no part allows are zero.
+// parts together are one dropout). Parts that allow nothing are skipped; `alone` parts replace
+// their rows after the merge (checked: no other part gives those rows a key).
+// Returns (B, h, N, dv); rows no part allows are zero.
 Tensor attend_parts(std::vector<PatternPart>& parts, const Tensor& q, const Tensor& k, const Tensor& v,
                     const Tensor& mask, TileOptions options, const char* variant);
 
