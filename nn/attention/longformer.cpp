@@ -242,10 +242,11 @@ VariantSchema Longformer::schema() {
   using T = OptionType;
   VariantSchema s{"longformer", "dilated sliding window plus global positions (Beltagy et al. 2020, Longformer)",
                   multihead_options(),
-                  "O(B h (N (b + 2w + G) + G M) (dk + dv)) + projections O(B (N + M) D h (dk + dv)); b = max(w, 16), "
-                  "G global positions, b + w instead of b + 2w when causal; separate_global adds O(B M D h (dk + dv))",
-                  "O(B h (N (b + 2w + G) + G M)) for the gathered scores and probabilities, O(B h N (b + 2w) / b (dk + dv)) "
-                  "for the gathered keys and values"};
+                  "O(B h (N (2w + 1 + G) + G M) (dk + dv)) + projections O(B (N + M) D h (dk + dv)); G global positions, "
+                  "w + 1 instead of 2w + 1 when causal; separate_global adds O(B M D h (dk + dv)); need_weights: the "
+                  "gathered-block core, O(B h (N (b + 2w + G) + G M) (dk + dv)), b = max(w, 16), and O(B h N M)",
+                  "O(B h (N + M) (dk + dv)): tile_attention parts merged by log-sum-exp, no N x w scores; need_weights: "
+                  "O(B h (N (b + 2w + G) + G M)) gathered scores and probabilities, and the densified O(B h N M)"};
   s.options.push_back({"window", T::Int, "64", "one-sided window w: |n - m| <= w*d", {}});
   s.options.push_back({"dilation", T::Int, "1", "dilation d: also (n - m) mod d == 0", {}});
   s.options.push_back({"global", T::IntList, "", "global positions, e.g. global=0+17 (instead of global_first)", {}});
