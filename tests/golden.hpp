@@ -104,19 +104,25 @@ struct GoldenCaseOptions {
   bool attention_optional = false;
   // Layers without a head_mask buffer (fnet, mixer) compare no grad.head_mask.
   bool head_mask_optional = false;
+  // Also run forward without need_weights and compare output and gradients again: for variants
+  // whose fused path runs only then (longformer), so the file pins both paths.
+  bool also_without_weights = false;
 };
 
 // Builds case `name`'s layer from its spec alone, loads the reference weights strictly (names,
-// shapes and dtypes must be the spec's), runs forward with need_weights and backward with the
-// file's grad_output, then compares output, attention, the gradients of x, the context,
-// head_mask and every parameter, and the buffers the file holds. The set of compared gradients
-// must equal the file's, so neither side can hold one the other lacks.
-inline void run_golden_case(const GoldenFile& file, const std::string& name, const GoldenCaseOptions& opt = {}) {
+// shapes and dtypes must be the spec's), runs forward with need_weights (and before that, when
+// asked, without) and backward with the file's grad_output, then compares output, attention,
+// the gradients of x, the context, head_mask and every parameter, and the buffers the file
+// holds. The set of compared gradients must equal the file's, so neither side can hold one the
+// other lacks.
+inline void run_golden_case(const GoldenFile& file, const std::string& name, const GoldenCaseOptions& opt = {},
+                            bool need_weights = true) {
+  if (need_weights && opt.also_without_weights) run_golden_case(file, name, opt, false);
   const Metadata& meta = file.metadata;
   REQUIRE(meta.count(name + "/spec"));
   const std::string spec = meta.at(name + "/spec");
   const int64_t d_model = std::stoll(meta.at(name + "/d_model"));
-  INFO(name << ": " << spec << ", d_model=" << d_model);
+  INFO(name << ": " << spec << ", d_model=" << d_model << ", need_weights=" << need_weights);
   auto meta_or = [&](const std::string& key, const std::string& fallback) {
     auto it = meta.find(name + "/" + key);
     return it == meta.end() ? fallback : it->second;
@@ -141,7 +147,7 @@ inline void run_golden_case(const GoldenFile& file, const std::string& name, con
   Tensor context = file.optional(name + "/context");
   if (context.defined()) context = clone(context).requires_grad_();
   Tensor mask = file.optional(name + "/mask");
-  auto result = layer->forward(x, context, mask, causal == "true", /*need_weights=*/true);
+  auto result = layer->forward(x, context, mask, causal == "true", need_weights);
   result.output.backward(file.required(name + "/grad_output"));
 
   auto close = [&](const std::string& what, const Tensor& got, const Tensor& want) {
@@ -150,7 +156,9 @@ inline void run_golden_case(const GoldenFile& file, const std::string& name, con
   close("output", result.output, file.required(name + "/output"));
   Tensor want_attention = opt.attention_optional ? file.optional(name + "/attention")
                                                  : file.required(name + "/attention");
-  if (want_attention.defined())
+  if (!need_weights)
+    CHECK_MESSAGE(!result.attention.defined(), "no attention asked, none returned");
+  else if (want_attention.defined())
     close("attention", result.attention, want_attention);
   else
     CHECK_MESSAGE(!result.attention.defined(), "this variant has no attention to return");

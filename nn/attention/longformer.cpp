@@ -242,10 +242,11 @@ VariantSchema Longformer::schema() {
   using T = OptionType;
   VariantSchema s{"longformer", "dilated sliding window plus global positions (Beltagy et al. 2020, Longformer)",
                   multihead_options(),
-                  "O(B h (N (b + 2w + G) + G M) (dk + dv)) + projections O(B (N + M) D h (dk + dv)); b = max(w, 16), "
-                  "G global positions, b + w instead of b + 2w when causal; separate_global adds O(B M D h (dk + dv))",
-                  "O(B h (N (b + 2w + G) + G M)) for the gathered scores and probabilities, O(B h N (b + 2w) / b (dk + dv)) "
-                  "for the gathered keys and values"};
+                  "O(B h (N (2w + 1 + G) + G M) (dk + dv)) + projections O(B (N + M) D h (dk + dv)); G global positions, "
+                  "w + 1 instead of 2w + 1 when causal; separate_global adds O(B M D h (dk + dv)); need_weights: the "
+                  "gathered-block core, O(B h (N (b + 2w + G) + G M) (dk + dv)), b = max(w, 16), and O(B h N M)",
+                  "O(B h (N + M) (dk + dv)): tile_attention parts merged by log-sum-exp, no N x w scores; need_weights: "
+                  "O(B h (N (b + 2w + G) + G M)) gathered scores and probabilities, and the densified O(B h N M)"};
   s.options.push_back({"window", T::Int, "64", "one-sided window w: |n - m| <= w*d", {}});
   s.options.push_back({"dilation", T::Int, "1", "dilation d: also (n - m) mod d == 0", {}});
   s.options.push_back({"global", T::IntList, "", "global positions, e.g. global=0+17 (instead of global_first)", {}});
@@ -290,18 +291,26 @@ Longformer::Longformer(int64_t d_model, const HeadConfig& c, const LongformerCon
   }
 }
 
+std::vector<int64_t> Longformer::global_rows(int64_t N) const {
+  // Global positions >= N are ignored (the spec), also as keys when M > N.
+  std::vector<int64_t> rows;
+  if (options.global_list) {
+    for (int64_t g : options.global)
+      if (g < N) rows.push_back(g);
+  } else {
+    for (int64_t g = 0; g < std::min(options.global_first, N); ++g) rows.push_back(g);
+  }
+  return rows;
+}
+
 BlockPattern Longformer::pattern(int64_t N, int64_t M, bool causal) const {
   const int64_t w = options.window, d = options.dilation;
   BlockPattern p;
   p.n = N, p.m = M;
-  // Global positions >= N are ignored (the spec), also as keys when M > N; a global position
-  // g < N is a key only when g < M (cross-attention on raw indices).
-  std::vector<int64_t> global = options.global;
-  if (!options.global_list)
-    for (int64_t g = 0; g < std::min(options.global_first, N); ++g) global.push_back(g);
+  // A global position g < N is a key only when g < M (cross-attention on raw indices).
+  const std::vector<int64_t> global = global_rows(N);
   std::vector<char> global_key(M, 0);
   for (int64_t g : global) {
-    if (g >= N) continue;
     p.global_rows.push_back(g);
     if (g < M) global_key[g] = 1, p.global_keys.push_back(g);
   }
@@ -334,22 +343,76 @@ BlockPattern Longformer::pattern(int64_t N, int64_t M, bool causal) const {
   return p;
 }
 
+std::vector<PatternPart> Longformer::parts(int64_t N, int64_t M, bool causal) const {
+  const std::vector<int64_t> rows = global_rows(N);
+  std::vector<int64_t> keys;  // (G) sorted
+  std::vector<char> is_row(N, 0);
+  for (int64_t g : rows) {
+    is_row[g] = 1;
+    if (g < M) keys.push_back(g);
+  }
+  std::vector<PatternPart> out;
+  // The window, without the global keys (the next part holds them, so each key counts once)
+  // and without the global rows (the last part replaces them).
+  out.push_back(dilated_band(N, M, options.window, options.dilation, causal, keys, is_row));
+  if (!keys.empty()) {  // every non-global row sees the global keys (causal: those <= n)
+    PatternPart part;
+    part.k_rows = keys;
+    part.tile = 64;  // the kernel clips a key tile to the G columns
+    part.pattern.lo.assign(N, 0);
+    part.pattern.hi.resize(N);
+    for (int64_t n = 0; n < N; ++n)
+      part.pattern.hi[n] = is_row[n] ? 0
+                           : causal  ? std::upper_bound(keys.begin(), keys.end(), n) - keys.begin()
+                                     : int64_t(keys.size());
+    out.push_back(std::move(part));
+  }
+  if (!rows.empty()) {  // the global rows against every key (causal: m <= n)
+    PatternPart part;
+    part.q_rows = rows;
+    part.alone = true;  // the other parts give the global rows nothing
+    part.pattern.lo.assign(rows.size(), 0);
+    for (int64_t g : rows) part.pattern.hi.push_back(causal ? std::min(g + 1, M) : M);
+    out.push_back(std::move(part));
+  }
+  return out;
+}
+
 AttentionResult Longformer::forward(const Tensor& x, const Tensor& context, const Tensor& mask, bool causal,
                                     bool need_weights) {
   const bool is_causal = causal || config.causal;
   const Tensor& c = check_inputs("longformer", d_model_, x, context, is_causal);
   const int64_t h = config.heads, N = x.size(1), M = c.size(1);
   check_mask(mask, N, M, "longformer");
+  Heads hd = project(x, c);  // q (B, h, N, dk), k (B, h, M, dk), v (B, h, M, dv)
+  const std::vector<int64_t> rows = global_rows(N);
+  Tensor q_rows, k_rows, v_rows;  // separate_global: the global rows' own projections
+  if (q_global && !rows.empty()) {
+    Tensor xg = index_select(x, 1, from_vector(rows));  // (B, R, D)
+    q_rows = split_heads((*q_global)(xg), h);           // (B, h, R, dk), not scaled
+    k_rows = split_heads((*k_global)(c), h);            // (B, h, M, dk)
+    v_rows = split_heads((*v_global)(c), h);            // (B, h, M, dv)
+  }
+
+  if (!need_weights) {  // the fused path
+    std::vector<PatternPart> ps = parts(N, M, is_causal);
+    if (q_rows.defined()) {
+      PatternPart& last = ps.back();  // the global rows
+      last.q = q_rows, last.k = k_rows, last.v = v_rows;
+    }
+    TileOptions opt;
+    if (is_training() && config.attn_dropout > 0) {
+      opt.dropout = config.attn_dropout;
+      opt.seed = gen.next_u64();
+    }
+    return {finish(attend_parts(ps, hd.q, hd.k, hd.v, mask, opt, "longformer")), {}};
+  }
+
+  // The composed twin: the gathered-block core, which also densifies the probabilities.
   const BlockPattern p = pattern(N, M, is_causal);
   const double scale = 1.0 / std::sqrt(double(config.key_size));
-  Heads hd = project(x, c);
   BlockInputs in{hd.q * scale, hd.k, hd.v, {}, {}, {}};  // (B, h, N, dk), (B, h, M, dk), (B, h, M, dv)
-  if (q_global && !p.global_rows.empty()) {
-    Tensor xg = index_select(x, 1, from_vector(p.global_rows));  // (B, R, D)
-    in.q_rows = split_heads((*q_global)(xg), h) * scale;           // (B, h, R, dk)
-    in.k_rows = split_heads((*k_global)(c), h);                    // (B, h, M, dk)
-    in.v_rows = split_heads((*v_global)(c), h);                    // (B, h, M, dv)
-  }
+  if (q_rows.defined()) in.q_rows = q_rows * scale, in.k_rows = k_rows, in.v_rows = v_rows;
   BlockResult r = block_attention(p, in, mask, is_causal, config.attn_dropout, is_training(), gen, need_weights,
                                   "longformer");
   return {finish(r.o), r.attention};

@@ -7,6 +7,14 @@
 // With separate_global the rows n in G use their own projections q_global, k_global, v_global
 // against every key; the other rows use q_proj/k_proj/v_proj for all their keys, G included.
 //
+// Two paths compute the same function. Without need_weights (training, inference) the fused
+// path runs the pattern as disjoint tile_attention parts merged by log-sum-exp (patterns.hpp):
+//   window   the dilated band, minus the global keys, for the non-global rows     O(N w)
+//   keys     the global keys (m <= n when causal), for the non-global rows        O(N G)
+//   rows     the global rows against every key (their own projections with separate_global) O(G M)
+// so no score tensor is kept: memory O(B h (N + M) (dk + dv)). With need_weights the gathered-
+// block core below (the composed twin) runs and also returns the densified probabilities.
+//
 // This header also owns the gathered-block core that `bigbird` shares (the formulation of the
 // BigBird and Longformer reference code): queries are grouped into blocks of b rows; each block
 // gathers the S keys its rows may need into (B, h, blocks, S, d) with index_select, scores are
@@ -17,6 +25,7 @@
 #pragma once
 #include <vector>
 
+#include "nn/attention/patterns.hpp"
 #include "nn/attention/projected.hpp"
 
 namespace attnlab::nn {
@@ -80,6 +89,11 @@ class Longformer : public ProjectedAttention {
 
   // The gathered-block form of the pattern for N queries and M keys (public for tests).
   BlockPattern pattern(int64_t n, int64_t m, bool causal) const;
+  // The fused path's parts for N queries and M keys: window, global keys, global rows (the
+  // last two only when there are global positions in range); q, k, v of the parts left undefined.
+  std::vector<PatternPart> parts(int64_t n, int64_t m, bool causal) const;
+  // The global positions in range: rows (< N) and keys (< N and < M), sorted.
+  std::vector<int64_t> global_rows(int64_t n) const;
 
   LongformerConfig options;
   std::shared_ptr<Linear> q_global, k_global, v_global;  // null unless separate_global

@@ -79,6 +79,153 @@ int64_t positive(const Options& o, const char* name) {
 
 }  // namespace
 
+// ---- the parts and their merge ----
+
+Tensor attend_parts(std::vector<PatternPart>& parts, const Tensor& q, const Tensor& k, const Tensor& v,
+                    const Tensor& mask, TileOptions opt, const char* variant) {
+  const int64_t B = q.size(0), h = q.size(1), N = q.size(2), dv = v.size(3);
+  if (mask.defined()) {  // the kernel checks N and M; the batch and head dims are checked here, by name
+    auto dim = [&](int d) { return mask.dim() >= d ? mask.size(-d) : 1; };
+    if ((dim(4) != 1 && dim(4) != B) || (dim(3) != 1 && dim(3) != h))
+      fail<ShapeError>("{}: mask of shape {} does not broadcast to (B={}, h={}, N, M)", variant,
+                       to_string(mask.shape()), B, h);
+  }
+  auto gather = [](const Tensor& t, const std::vector<int64_t>& rows) {
+    return rows.empty() ? t : index_select(t, 2, from_vector(rows));
+  };
+  std::vector<PatternPart*> merged, alone;  // the parts that allow something
+  for (PatternPart& part : parts)
+    if (!all_empty(part.pattern)) (part.alone ? alone : merged).push_back(&part);
+  std::vector<char> taken(N, 0);  // rows an `alone` part owns: no other part may give them a key
+  for (PatternPart* part : alone) {
+    if (part->q_rows.empty()) fail<ValueError>("{}: internal: a part computed alone needs its q_rows", variant);
+    for (int64_t n : part->q_rows) {
+      if (taken[n]) fail<ValueError>("{}: internal: query {} is in two parts computed alone", variant, n);
+      taken[n] = 1;
+    }
+  }
+  for (PatternPart* part : merged)
+    for (size_t i = 0; i < part->pattern.lo.size(); ++i)
+      if (taken[part->q_rows.empty() ? int64_t(i) : part->q_rows[i]] && part->pattern.lo[i] < part->pattern.hi[i])
+        fail<ValueError>("{}: internal: a query of a part computed alone gets keys from another part", variant);
+
+  auto run = [&](PatternPart& part, bool need_lse) {
+    part.pattern.q_pos = part.q_rows;
+    part.pattern.k_pos = part.k_rows;
+    part.pattern.mask = mask;
+    opt.q_tile = opt.k_tile = part.tile;
+    opt.need_lse = need_lse;
+    return tile_attention(part.q.defined() ? part.q : gather(q, part.q_rows),
+                          part.k.defined() ? part.k : gather(k, part.k_rows),
+                          part.v.defined() ? part.v : gather(v, part.k_rows), part.pattern, opt);
+  };
+  std::vector<Tensor> outs, lses;
+  for (PatternPart* part : merged) {
+    TileAttentionResult r = run(*part, merged.size() > 1);
+    if (!part->q_rows.empty()) {  // back to position order; row R (a zero output, lse -inf) for the queries left out
+      const int64_t R = int64_t(part->q_rows.size());
+      std::vector<int64_t> back(N, R);
+      for (int64_t i = 0; i < R; ++i) back[part->q_rows[i]] = i;
+      if (R < N) {
+        r.out = cat({r.out, zeros({B, h, 1, dv}, r.out.dtype())}, 2);                      // (B, h, R + 1, dv)
+        if (r.lse.defined()) r.lse = cat({r.lse, full({B, h, 1}, -INFINITY, r.lse.dtype())}, 2);  // (B, h, R + 1)
+      }
+      r.out = gather(r.out, back);
+      if (r.lse.defined()) r.lse = gather(r.lse, back);
+    }
+    outs.push_back(r.out);  // (B, h, N, dv)
+    lses.push_back(r.lse);  // (B, h, N)
+  }
+  Tensor o = outs.empty() ? zeros({B, h, N, dv}, q.dtype()) : outs[0];  // (B, h, N, dv)
+  if (outs.size() > 1) {
+    // softmax over the parts' lse; a row that no part allows gets weight 0 everywhere (no NaN).
+    Tensor L = stack(lses, -1);                   // (B, h, N, P)
+    Tensor w = softmax(L, -1, ne(L, -INFINITY));  // (B, h, N, P)
+    for (size_t p = 0; p < outs.size(); ++p) {
+      Tensor term = unsqueeze(select(w, -1, int64_t(p)), -1) * outs[p];  // (B, h, N, dv)
+      o = p == 0 ? term : o + term;
+    }
+  }
+  if (alone.empty()) return o;
+  // The rows computed alone replace theirs: one gather from (merged rows, then each alone part's).
+  std::vector<Tensor> pieces = {o};
+  std::vector<int64_t> src(N);
+  for (int64_t n = 0; n < N; ++n) src[n] = n;
+  int64_t next = N;
+  for (PatternPart* part : alone) {
+    pieces.push_back(run(*part, false).out);  // (B, h, R, dv)
+    for (int64_t n : part->q_rows) src[n] = next++;
+  }
+  return gather(cat(pieces, 2), src);  // (B, h, N, dv)
+}
+
+PatternPart dilated_band(int64_t n, int64_t m, int64_t window, int64_t dilation, bool causal,
+                         const std::vector<int64_t>& skip_keys, const std::vector<char>& skip_queries) {
+  // Beyond max(n, m) neither the window nor the dilation changes the rule: |n - m| < L, and
+  // (n - m) mod d == 0 for d >= L means n == m. Clamping keeps w d and the groups small.
+  const int64_t L = std::max<int64_t>({n, m, 1});
+  const int64_t w = std::min(window, L), d = std::min(dilation, L);
+  auto silent = [&](int64_t i) { return !skip_queries.empty() && skip_queries[i]; };
+  if (d == 1) {
+    PatternPart part = band_part(n, m, w, w, causal);
+    part.tile = tile_for_band(w);
+    TilePattern& p = part.pattern;
+    bool runs = true, excluded = false;  // runs: every row's skipped keys are consecutive positions
+    p.ex_lo.assign(n, 0), p.ex_hi.assign(n, 0);
+    for (int64_t i = 0; i < n && runs; ++i) {
+      if (silent(i)) {
+        p.hi[i] = p.lo[i];
+        continue;
+      }
+      auto a = std::lower_bound(skip_keys.begin(), skip_keys.end(), p.lo[i]);
+      auto e = std::lower_bound(a, skip_keys.end(), p.hi[i]);
+      if (a == e) continue;
+      const int64_t first = *a, last = *(e - 1);
+      if (last - first != e - a - 1) {
+        runs = false;
+      } else if (first == p.lo[i]) {
+        p.lo[i] = last + 1;
+      } else if (last + 1 == p.hi[i]) {
+        p.hi[i] = first;
+      } else {
+        p.ex_lo[i] = first, p.ex_hi[i] = last + 1, excluded = true;
+      }
+    }
+    if (runs) {
+      if (!excluded) p.ex_lo.clear(), p.ex_hi.clear();
+      return part;
+    }
+  }
+  // Inside residue class r the kept keys r, r + d, ... (skipped ones left out) are gathered in
+  // increasing order, so a query's window [n - w d, n + w d] (causal: up to n) in its class is
+  // one contiguous run of key rows, found by binary search.
+  std::vector<char> skipped(m, 0);
+  for (int64_t j : skip_keys) skipped[j] = 1;
+  const Groups gq = by_residue(n, d);
+  PatternPart part;
+  part.tile = tile_for_band(w);
+  if (d > 1) part.q_rows = gq.rows;
+  std::vector<int64_t> key_start(d + 1, 0);
+  for (int64_t r = 0; r < d; ++r) {
+    key_start[r] = int64_t(part.k_rows.size());
+    for (int64_t j = r; j < m; j += d)
+      if (!skipped[j]) part.k_rows.push_back(j);
+  }
+  key_start[d] = int64_t(part.k_rows.size());
+  const auto keys = part.k_rows.begin();
+  TilePattern& p = part.pattern;
+  p.lo.resize(n), p.hi.resize(n);
+  for (int64_t r = 0; r < d; ++r)
+    for (int64_t i = gq.start[r]; i < gq.start[r + 1]; ++i) {
+      const int64_t pos = gq.rows[i];
+      const auto first = keys + key_start[r], last = keys + key_start[r + 1];
+      p.lo[i] = std::lower_bound(first, last, pos - w * d) - keys;
+      p.hi[i] = std::upper_bound(first, last, causal ? pos : pos + w * d) - keys;
+      if (silent(pos)) p.hi[i] = p.lo[i];
+    }
+  return part;
+}
+
 // ---- shared forward ----
 
 PatternAttention::PatternAttention(std::string variant, int64_t d_model, const HeadConfig& config)
@@ -99,37 +246,7 @@ AttentionResult PatternAttention::forward(const Tensor& x, const Tensor& context
     opt.dropout = config.attn_dropout;
     opt.seed = gen.next_u64();  // one draw per call; the same seed in every part keeps them one dropout
   }
-  opt.need_lse = ps.size() > 1;
-  std::vector<Tensor> outs, lses;
-  for (Part& part : ps) {
-    auto gather = [](const Tensor& t, const std::vector<int64_t>& rows) {
-      return rows.empty() ? t : index_select(t, 2, from_vector(rows));
-    };
-    part.pattern.q_pos = part.q_rows;
-    part.pattern.k_pos = part.k_rows;
-    part.pattern.mask = mask;
-    opt.q_tile = opt.k_tile = part.tile;
-    TileAttentionResult r = tile_attention(gather(hd.q, part.q_rows), gather(hd.k, part.k_rows),
-                                           gather(hd.v, part.k_rows), part.pattern, opt);
-    if (!part.q_rows.empty()) {  // back to position order
-      std::vector<int64_t> inverse(N);
-      for (int64_t i = 0; i < N; ++i) inverse[part.q_rows[i]] = i;
-      r.out = gather(r.out, inverse);
-      if (r.lse.defined()) r.lse = gather(r.lse, inverse);
-    }
-    outs.push_back(r.out);  // (B, h, N, dv)
-    lses.push_back(r.lse);  // (B, h, N)
-  }
-  Tensor o = outs[0];
-  if (outs.size() > 1) {
-    // softmax over the parts' lse; a row that no part allows gets weight 0 everywhere (no NaN).
-    Tensor L = stack(lses, -1);                             // (B, h, N, P)
-    Tensor w = softmax(L, -1, ne(L, -INFINITY));            // (B, h, N, P)
-    for (size_t p = 0; p < outs.size(); ++p) {
-      Tensor term = unsqueeze(select(w, -1, int64_t(p)), -1) * outs[p];  // (B, h, N, dv)
-      o = p == 0 ? term : o + term;
-    }
-  }
+  Tensor o = attend_parts(ps, hd.q, hd.k, hd.v, mask, opt, name);  // (B, h, N, dv)
 
   Tensor attention;
   if (need_weights) {  // densified, O(B h N M): for analysis on small inputs
@@ -171,9 +288,7 @@ LocalAttention::LocalAttention(int64_t d_model, const HeadConfig& config, int64_
 bool LocalAttention::allows(int64_t n, int64_t m) const { return std::abs(n - m) <= window; }
 
 std::vector<PatternAttention::Part> LocalAttention::parts(int64_t n, int64_t m, bool causal) const {
-  Part part = band_part(n, m, window, window, causal);
-  part.tile = tile_for_band(window);
-  return {part};
+  return {dilated_band(n, m, window, 1, causal)};
 }
 
 std::string LocalAttention::own_options() const { return fmt::format("window={}", window); }
@@ -246,32 +361,9 @@ bool DilatedAttention::allows(int64_t n, int64_t m) const {
 }
 
 std::vector<PatternAttention::Part> DilatedAttention::parts(int64_t n, int64_t m, bool causal) const {
-  if (dilation == 1) {
-    Part part = band_part(n, m, window, window, causal);
-    part.tile = tile_for_band(window);
-    return {part};
-  }
   // Inside residue class r, position r + t d is the class's row t, and the rule becomes a band
   // |t_n - t_m| <= w (causal: t_m <= t_n).
-  const Groups gq = by_residue(n, dilation), gk = by_residue(m, dilation);
-  Part part;
-  part.q_rows = gq.rows;
-  part.k_rows = gk.rows;
-  part.tile = tile_for_band(window);
-  part.pattern.lo.resize(n);
-  part.pattern.hi.resize(n);
-  for (int64_t r = 0; r < dilation; ++r) {
-    const int64_t ks = gk.start[r], kc = gk.start[r + 1] - ks;
-    for (int64_t i = gq.start[r]; i < gq.start[r + 1]; ++i) {
-      const int64_t t = i - gq.start[r];
-      const int64_t lo = std::clamp(t - window, int64_t{0}, kc);
-      int64_t hi = std::clamp(t + window + 1, lo, kc);
-      if (causal) hi = std::max(lo, std::min(hi, t + 1));
-      part.pattern.lo[i] = ks + lo;
-      part.pattern.hi[i] = ks + hi;
-    }
-  }
-  return {part};
+  return {dilated_band(n, m, window, dilation, causal)};
 }
 
 std::string DilatedAttention::own_options() const { return fmt::format("window={}, dilation={}", window, dilation); }

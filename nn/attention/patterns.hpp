@@ -17,11 +17,49 @@
 //                   with m != n                                             O(N (l + N/l))
 //   sparse_fixed    the own block, plus the gathered summary columns outside it
 //                                                                           O(N (l + c N/l))
+//
+// The part/merge machinery (PatternPart, attend_parts, dilated_band) is public: `longformer`
+// runs its window and global positions on it too (longformer.hpp).
 #pragma once
 #include "nn/attention/kernels/tile_attention.hpp"
 #include "nn/attention/projected.hpp"
 
 namespace attnlab::nn {
+
+// One part of a pattern: kernel row i is query q_rows[i] (raw position), key row j is key
+// k_rows[j]; empty = all positions in order. q_rows, when given, holds distinct positions; the
+// queries it leaves out get nothing from this part (zero output, lse -inf).
+struct PatternPart {
+  std::vector<int64_t> q_rows, k_rows;
+  TilePattern pattern;  // lo, hi, ex_lo, ex_hi in kernel coordinates, causality folded in
+  int64_t tile = 64;    // query and key tile size for this part
+  // This part's own inputs, already in kernel rows: q (B, h, |q_rows|, dk), k (B, h, |k_rows|, dk),
+  // v (B, h, |k_rows|, dv). Undefined: rows gathered from the shared q, k, v of attend_parts.
+  // (longformer's separate_global rows use other projections.)
+  Tensor q, k, v;
+  // The other parts give this part's queries no key: their rows take its output as it is, with
+  // no lse and no merge (longformer's global rows). Needs q_rows.
+  bool alone = false;
+};
+
+// Softmax attention over the union of disjoint parts, in position order: each part on
+// tile_attention, then the parts merged exactly by their log-sum-exps. q (B, h, N, dk),
+// k (B, h, M, dk), v (B, h, M, dv); `mask` bool broadcastable to (B, h, N, M) on raw positions;
+// options.dropout/seed are shared by the parts (the draws are keyed by raw (b, h, n, m), so the
+// parts together are one dropout). Parts that allow nothing are skipped; `alone` parts replace
+// their rows after the merge (checked: no other part gives those rows a key).
+// Returns (B, h, N, dv); rows no part allows are zero.
+Tensor attend_parts(std::vector<PatternPart>& parts, const Tensor& q, const Tensor& k, const Tensor& v,
+                    const Tensor& mask, TileOptions options, const char* variant);
+
+// The dilated band |n - m| <= w d and (n - m) mod d == 0 (causal: also m <= n) for n < N queries
+// and m < M keys, without the keys in `skip_keys` (sorted, distinct, < M) and giving no key to
+// the queries n with skip_queries[n] (empty: none). d = 1 keeps identity positions when each
+// row's skipped keys are one run of consecutive positions (cut off lo/hi or one exclusion
+// range); otherwise keys (and for d > 1 queries) are regrouped by position mod d with the
+// skipped keys left out, inside which the window is one contiguous range of key rows.
+PatternPart dilated_band(int64_t n, int64_t m, int64_t window, int64_t dilation, bool causal,
+                         const std::vector<int64_t>& skip_keys = {}, const std::vector<char>& skip_queries = {});
 
 class PatternAttention : public ProjectedAttention {
  public:
@@ -33,13 +71,7 @@ class PatternAttention : public ProjectedAttention {
   // The spec's rule for query n and key m (causality and the mask aside), written plainly.
   virtual bool allows(int64_t n, int64_t m) const = 0;
 
-  // One part of the pattern: kernel row i is query q_rows[i] (raw position), key row j is key
-  // k_rows[j]; empty = all positions in order. q_rows, when given, is a permutation of [0, N).
-  struct Part {
-    std::vector<int64_t> q_rows, k_rows;
-    TilePattern pattern;  // lo, hi, ex_lo, ex_hi in kernel coordinates, causality folded in
-    int64_t tile = 64;    // query and key tile size for this part
-  };
+  using Part = PatternPart;
   // Disjoint parts whose union is the pattern, for N queries and M keys.
   virtual std::vector<Part> parts(int64_t n, int64_t m, bool causal) const = 0;
 

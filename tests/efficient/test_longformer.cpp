@@ -2,7 +2,12 @@
 // (the spec's rule as a plain loop) in float64 for every option, with causal, padding and
 // query-dependent masks, a fully masked row and cross-attention; the identity with mha when
 // every position is global; gradchecks; prune == masked; errors; linear memory; the docs example.
+// The fused path (tile_attention parts, run without need_weights): its parts cover the rule
+// exactly once; it equals the gathered-block twin in outputs and gradients (float64, float32);
+// its dropout is one counter-based dropout over the whole probability matrix; it keeps no
+// N x window scores (allocator peak).
 #include "blocks_testing.hpp"
+#include "nn/attention/patterns.hpp"
 
 using namespace attnlab;
 using namespace attnlab::testing;
@@ -292,4 +297,233 @@ TEST_CASE("docs/attention.md: the longformer example compiles and runs") {
   CHECK(p.at({0, 0, 20, 40}) == 0.0);  // outside the window, neither position global
   CHECK(p.at({0, 0, 20, 63}) > 0.0);   // 63 is global
   CHECK(p.at({0, 0, 63, 40}) > 0.0);   // global rows see every key
+}
+
+// ---- the fused path ----
+
+namespace {
+
+// How many of the parts allow (n, m), by plain loops over their kernel-coordinate patterns.
+std::vector<int> coverage(const std::vector<nn::PatternPart>& parts, int64_t N, int64_t M) {
+  std::vector<int> count(N * M, 0);
+  for (const nn::PatternPart& part : parts) {
+    const nn::TilePattern& p = part.pattern;
+    for (size_t i = 0; i < p.lo.size(); ++i) {
+      const int64_t n = part.q_rows.empty() ? int64_t(i) : part.q_rows[i];
+      for (int64_t j = p.lo[i]; j < p.hi[i]; ++j) {
+        if (!p.ex_lo.empty() && j >= p.ex_lo[i] && j < p.ex_hi[i]) continue;
+        const int64_t m = part.k_rows.empty() ? j : part.k_rows[j];
+        ++count[n * M + m];
+      }
+    }
+  }
+  return count;
+}
+
+// Output and gradients (x, context, every parameter) of one path, for upstream gradient `grad`.
+std::vector<Tensor> run_path(nn::Attention& a, const Tensor& x0, const Tensor& c0, const Tensor& mask, bool causal,
+                             bool need_weights, const Tensor& grad) {
+  a.zero_grad();
+  Tensor x = clone(x0).requires_grad_();
+  Tensor c = c0.defined() ? clone(c0).requires_grad_() : Tensor();
+  auto r = a.forward(x, c, mask, causal, need_weights);
+  CHECK(r.attention.defined() == need_weights);
+  r.output.backward(grad);
+  std::vector<Tensor> out = {r.output, x.grad()};
+  if (c.defined()) out.push_back(c.grad());
+  for (auto& [name, p] : a.named_parameters()) out.push_back(p.grad().defined() ? p.grad() : zeros_like(p));
+  return out;
+}
+
+void check_fused_equals_twin(const Case& c, DType dtype, double rtol, double atol) {
+  CAPTURE(c.spec);
+  CAPTURE(c.N);
+  CAPTURE(c.M);
+  CAPTURE(c.mask);
+  auto a = make64(c.spec);
+  randomize(*a, 21);
+  a->to(dtype);
+  a->eval();
+  Generator g(4);
+  const int64_t B = 2, M = c.M ? c.M : c.N;
+  Tensor x = randn({B, c.N, 8}, g, dtype);
+  Tensor ctx = c.M ? randn({B, c.M, 8}, g, dtype) : Tensor();
+  Tensor grad = randn({B, c.N, 8}, g, dtype);
+  Tensor mask = make_mask(c.mask, B, c.N, M, 6);
+  auto fused = run_path(*a, x, ctx, mask, c.causal_arg, false, grad);
+  auto twin = run_path(*a, x, ctx, mask, c.causal_arg, true, grad);
+  REQUIRE(fused.size() == twin.size());
+  check_close("output", fused[0], twin[0], rtol, atol);
+  for (size_t i = 1; i < fused.size(); ++i) check_close("gradient " + std::to_string(i), fused[i], twin[i], rtol, atol);
+}
+
+// Windows, dilations, global positions (none, a prefix, one inside the windows: an exclusion
+// range, several in one window: gathered keys), causal, masks, separate_global, cross-attention,
+// and N not a multiple of the tiles.
+const std::vector<Case> kFusedCases = {
+    {"longformer(heads=2, window=1, global_first=0)", 7, 0, ""},
+    {"longformer(heads=2, window=2, global_first=1)", 11, 0, "padding"},
+    {"longformer(heads=2, window=3, global=9)", 20, 0, "rows"},                         // exclusion range
+    {"longformer(heads=2, window=4, global=5+8+30)", 37, 0, "padding"},                 // gathered keys
+    {"longformer(heads=2, window=2, dilation=2, global=0+5)", 11, 0, "rows"},
+    {"longformer(heads=2, window=0, dilation=3, global_first=0)", 10, 0, "heads"},
+    {"longformer(heads=2, window=17, global_first=3)", 131, 0, "padding"},              // several tiles, ragged
+    {"longformer(heads=2, window=5, dilation=3, global=2+40+77)", 131, 0, "2d"},
+    {"longformer(heads=2, window=20, global=99+3)", 50, 0, ""},                         // window > N
+    {"longformer(heads=2, window=3, global=4+6, causal=true)", 40, 0, "rows"},
+    {"longformer(heads=2, window=2, dilation=2, global_first=2)", 30, 0, "padding", true},
+    {"longformer(heads=2, window=2, global=3+5, separate_global=true)", 20, 0, "rows"},
+    {"longformer(heads=2, window=3, dilation=2, global=0+9, separate_global=true, causal=true)", 33, 0, "padding"},
+    {"longformer(heads=2, key_size=3, value_size=5, window=1, global=1+4, separate_global=true, bias=false)", 9, 0, ""},
+    {"longformer(heads=2, window=2, global_first=100)", 9, 0, "rows"},                  // every position global
+    {"longformer(heads=2, window=1, dilation=2, global=2+7)", 6, 9, "rows"},            // cross, 7 >= N ignored
+    {"longformer(heads=2, window=2, global=1+5, separate_global=true)", 7, 4, "rows"},  // 5 < N: a row, not a key
+    {"longformer(heads=2, window=3, dilation=3, global_first=1)", 40, 25, "padding"},
+    {"longformer(heads=2, window=2, global=0+3, gate=hard_concrete)", 12, 0, "padding"},
+};
+
+}  // namespace
+
+TEST_CASE("longformer fused parts cover the rule exactly once (no key counted twice)") {
+  for (const Case& c : kFusedCases) {
+    CAPTURE(c.spec);
+    auto a = make64(c.spec);
+    auto& L = as_longformer(a);
+    const int64_t M = c.M ? c.M : c.N;
+    for (bool causal : {false, true}) {
+      if (c.M && causal) continue;
+      CAPTURE(causal);
+      auto count = coverage(L.parts(c.N, M, causal), c.N, M);
+      Rule rule = longformer_rule(L, c.N, causal, {});
+      for (int64_t n = 0; n < c.N; ++n)
+        for (int64_t m = 0; m < M; ++m) {
+          CAPTURE(n);
+          CAPTURE(m);
+          REQUIRE(count[n * M + m] == (rule(0, 0, n, m) && m < M ? 1 : 0));
+        }
+    }
+  }
+  // Which form the window takes at d = 1: a prefix of global keys cuts lo, one global key inside
+  // the window is an exclusion range, two apart in one window gather the keys without them.
+  auto window_of = [](const std::string& spec, int64_t N) { return as_longformer(make64(spec)).parts(N, N, false)[0]; };
+  auto prefix = window_of("longformer(window=4, global_first=2)", 32);
+  CHECK(prefix.k_rows.empty());
+  CHECK(prefix.pattern.ex_lo.empty());
+  CHECK(prefix.pattern.lo[3] == 2);
+  auto middle = window_of("longformer(window=4, global=10)", 32);
+  CHECK(middle.k_rows.empty());
+  CHECK(middle.pattern.ex_lo[8] == 10);
+  CHECK(middle.pattern.ex_hi[8] == 11);
+  auto gathered = window_of("longformer(window=4, global=10+12)", 32);
+  CHECK(gathered.k_rows.size() == 30);
+  CHECK(gathered.q_rows.empty());
+  CHECK(as_longformer(make64("longformer(window=4, global_first=0)")).parts(32, 32, false).size() == 1);
+}
+
+TEST_CASE("longformer fused path equals the gathered-block twin: outputs and gradients, float64") {
+  for (const Case& c : kFusedCases) check_fused_equals_twin(c, kFloat64, 1e-10, 1e-12);
+}
+
+TEST_CASE("longformer fused path equals the gathered-block twin: outputs and gradients, float32") {
+  const std::vector<Case> cases = {
+      {"longformer(heads=2, window=17, global=0+70+71)", 300, 0, "padding"},
+      {"longformer(heads=2, window=9, dilation=2, global_first=2, separate_global=true)", 257, 0, "rows"},
+      {"longformer(heads=2, window=12, global=5+40, causal=true)", 200, 0, ""},
+  };
+  // k_proj.bias has an exactly-zero gradient (a per-query constant score shift), so both paths
+  // give float32 rounding noise there: hence the absolute tolerance.
+  for (const Case& c : cases) check_fused_equals_twin(c, kFloat32, 2e-4, 1e-4);
+}
+
+TEST_CASE("longformer gradcheck of the fused path: exclusion range, gathered keys, causal, cross") {
+  const std::vector<std::string> specs = {
+      "longformer(heads=2, window=2, global=3)",                            // an exclusion range
+      "longformer(heads=2, window=2, global=2+4)",                          // gathered keys
+      "longformer(heads=2, window=2, global=2+4, causal=true)",
+      "longformer(heads=2, window=1, dilation=2, global=1+3, separate_global=true)",
+  };
+  for (const std::string& spec : specs) {
+    CAPTURE(spec);
+    auto a = make64(spec);
+    a->eval();
+    const bool causal = spec.find("causal=true") != std::string::npos;
+    Generator g(9);
+    Tensor x = randn({2, 8, 8}, g, kFloat64).requires_grad_();
+    Tensor ctx = randn({2, 6, 8}, g, kFloat64).requires_grad_();
+    std::vector<Tensor> inputs = {x, ctx};
+    for (auto& [n, p] : a->named_parameters()) inputs.push_back(p);
+    Tensor pad = make_mask("padding", 2, 8, 8, 3), cross_pad = make_mask("padding", 2, 8, 6, 3);
+    auto self = gradcheck([&](const std::vector<Tensor>& in) { return a->forward(in[0], {}, pad).output; }, inputs);
+    CHECK_MESSAGE(self.ok, self.message);
+    if (!causal) {
+      auto cross =
+          gradcheck([&](const std::vector<Tensor>& in) { return a->forward(in[0], in[1], cross_pad).output; }, inputs);
+      CHECK_MESSAGE(cross.ok, cross.message);
+    }
+  }
+}
+
+// The fused path's dropout is one dropout of the whole probability matrix: element (b, h, n, m)
+// is kept iff tile_dropout_keep(seed, b, h, n, m) (the seed is the layer generator's next draw),
+// whichever part holds it. Its draws differ from the gathered-block path's (Bernoulli masks on
+// the gathered probabilities), so train-mode outputs of the two paths differ; eval mode equals.
+TEST_CASE("longformer fused dropout equals dense attention times the counter-based keep mask") {
+  for (const std::string spec : {"longformer(heads=2, window=2, global=0+6, attn_dropout=0.3)",
+                                  "longformer(heads=2, window=1, dilation=2, global=3, attn_dropout=0.5, causal=true)"}) {
+    CAPTURE(spec);
+    auto a = make64(spec);
+    randomize(*a, 5);
+    auto& L = as_longformer(a);
+    Generator g(2);
+    const int64_t B = 2, N = 13, h = 2;
+    const double rate = L.config.attn_dropout;
+    Tensor x = randn({B, N, 8}, g, kFloat64);
+    Tensor mask = make_mask("padding", B, N, N, 1);
+    a->eval();
+    Tensor P = a->forward(x, {}, mask, false, true).attention;  // (B, h, N, N) no dropout
+    a->train();
+    Generator probe = L.gen;
+    const uint64_t seed = probe.next_u64();
+    Tensor y = a->forward(x, {}, mask).output;
+    std::vector<double> z(B * h * N * N);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t i = 0; i < h; ++i)
+        for (int64_t n = 0; n < N; ++n)
+          for (int64_t m = 0; m < N; ++m)
+            z[((b * h + i) * N + n) * N + m] = nn::tile_dropout_keep(seed, b, i, n, m, rate) ? 1 / (1 - rate) : 0;
+    Tensor o = matmul(P * from_vector(z, {B, h, N, N}), nn::split_heads(linear(*L.v_proj, x), h));  // (B, h, N, dv)
+    Tensor want = linear(*L.out_proj, nn::merge_heads(o * nn::head_scale(L.gate, L.head_mask)));
+    check_close("output", y, want);
+  }
+}
+
+// Allocator peak of forward + backward at N = 4096, w = 128: the fused path against the
+// gathered-block core (block_attention without need_weights, as the layer ran before). One
+// float32 (B, h, N, 2w + 1) score tensor is ~8.4 MB here; the fused path holds none, only
+// O(B h N (dk + dv)) tensors (~0.26 MB each).
+TEST_CASE("longformer fused path: no N x window scores, peak well below the gathered-block core") {
+  auto a = nn::make_attention("longformer(heads=2, window=128, global=0+100)", 16);
+  auto& L = as_longformer(a);
+  const int64_t N = 4096, h = 2;
+  Generator g(1);
+  Tensor x = randn({1, N, 16}, g).requires_grad_();
+  auto peak = [&](const std::function<Tensor()>& step) {
+    empty_cache();
+    reset_peak_bytes();
+    const int64_t before = allocator_stats().bytes_in_use;
+    sum(step()).backward();
+    return double(allocator_stats().peak_bytes_in_use - before);
+  };
+  const double fused = peak([&] { return a->forward(x).output; });
+  const double core = peak([&] {
+    Tensor q = nn::split_heads(linear(*L.q_proj, x), h), k = nn::split_heads(linear(*L.k_proj, x), h);
+    Tensor v = nn::split_heads(linear(*L.v_proj, x), h);
+    nn::BlockInputs in{q * (1 / std::sqrt(8.0)), k, v, {}, {}, {}};
+    auto r = nn::block_attention(L.pattern(N, N, false), in, {}, false, 0, false, L.gen, false, "longformer");
+    return L.out_proj->forward(nn::merge_heads(r.o));
+  });
+  const double scores = double(N) * (2 * 128 + 1) * h * 4;
+  MESSAGE("peak bytes: fused " << fused << ", gathered-block core " << core << ", one score tensor " << scores);
+  CHECK(fused < scores);
+  CHECK(fused < core / 4);
 }
