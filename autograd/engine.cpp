@@ -72,8 +72,28 @@ Grads AccumulateGrad::apply(Tensor grad) {
 void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph) {
   NoGradGuard no_grad;
   const uint64_t visit = ++epoch;
-  std::vector<std::shared_ptr<Node>> nodes;  // keeps every node alive for the pass
-  std::vector<Node*> stack;
+  // The pass's work lists. The outermost backward on a thread reuses the thread's lists, so a
+  // steady-state training step allocates none; a backward run from inside a hook gets its own.
+  struct Lists {
+    std::vector<std::shared_ptr<Node>> nodes;  // keeps every node alive for the pass
+    std::vector<Node*> stack, ready;
+  };
+  thread_local Lists reused;
+  thread_local int depth = 0;
+  Lists fresh;
+  Lists& lists = depth == 0 ? reused : fresh;
+  struct Depth {
+    Lists& l;
+    explicit Depth(Lists& l) : l(l) { ++depth; }
+    ~Depth() {
+      --depth;
+      l.nodes.clear();  // drop the nodes now, not at the next backward
+      l.stack.clear();
+      l.ready.clear();
+    }
+  } depth_guard(lists);
+  std::vector<std::shared_ptr<Node>>& nodes = lists.nodes;
+  std::vector<Node*>& stack = lists.stack;
 
   auto discover = [&](const std::shared_ptr<Node>& n) {
     if (n->visit == visit) return;
@@ -116,7 +136,7 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
       }
   }
 
-  std::vector<Node*> ready;
+  std::vector<Node*>& ready = lists.ready;
   for (auto& [n, g] : seeds) accumulate(n->pending, g);
   for (auto& [n, g] : seeds)
     if (n->dependencies == 0 && (ready.empty() || ready.back() != n.get())) ready.push_back(n.get());

@@ -101,7 +101,8 @@ void map2(const Tensor& out, const Tensor& a, const Tensor& b, F f) {
   const Dims& sh = out.shape();
   const bool streaming = should_stream(out, a.numel() * int64_t(sizeof(A)) + b.numel() * int64_t(sizeof(B)),
                                        out.raw_data() == a.raw_data() || out.raw_data() == b.raw_data());
-  if (same_layout(out, a) && same_layout(out, b)) {  // the common case, without the strided loop's set-up
+  if (a.numel() == out.numel() && b.numel() == out.numel() && out.is_contiguous() && a.is_contiguous() &&
+      b.is_contiguous()) {  // same_layout(out, a) && same_layout(out, b), out checked once  // the common case, without the strided loop's set-up
     Out* o = static_cast<Out*>(out.raw_data());
     const A* x = static_cast<const A*>(a.raw_data());
     const B* y = static_cast<const B*>(b.raw_data());
