@@ -34,14 +34,17 @@ test-sanitize: deps
 	ASAN_OPTIONS=detect_leaks=1 ctest --test-dir build-sanitize --output-on-failure -j $(JOBS)
 
 bench: build
+	cmake --build $(BUILD) -j $(JOBS) --target bench_ops bench_lm bench_generate
 	sh bench/run.sh $(BUILD)
 	sh bench/run_lm.sh $(BUILD)
 	sh bench/run_generate.sh $(BUILD)
 
 bench-lra: build
+	cmake --build $(BUILD) -j $(JOBS) --target bench_lra
 	./$(BUILD)/bench/bench_lra --out $(BUILD)/bench
 
 bench-attention: build
+	cmake --build $(BUILD) -j $(JOBS) --target bench_attention
 	sh bench/run_attention.sh $(BUILD)
 
 clean:

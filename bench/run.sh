@@ -20,7 +20,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 BIN="$BUILD/bench/bench_ops"
 OUT="$BUILD/bench"
 if [ ! -x "$BIN" ]; then
-  echo "bench: $BIN is missing; build first (make build, or cmake --build $BUILD)" >&2
+  echo "bench: $BIN is missing; build it first (make bench does, or cmake --build $BUILD --target bench_ops)" >&2
   exit 1
 fi
 

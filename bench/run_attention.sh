@@ -25,7 +25,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 BIN="$BUILD/bench/bench_attention"
 OUT="$BUILD/bench"
 if [ ! -x "$BIN" ]; then
-  echo "bench-attention: $BIN is missing; build first (make build, or cmake --build $BUILD --target bench_attention)" >&2
+  echo "bench-attention: $BIN is missing; build it first (make bench-attention does, or cmake --build $BUILD --target bench_attention)" >&2
   exit 1
 fi
 

@@ -28,7 +28,7 @@ REPS=${REPS:-3}
 VARIANTS=${VARIANTS:-"mha(heads=8);talking_heads(heads=8);collaborative(heads=8);synthesizer(heads=8);local(window=64, heads=8);linear(heads=8);performer(heads=8)"}
 BIN="$BUILD/bench/bench_generate"
 if [ ! -x "$BIN" ]; then
-  echo "run_generate: $BIN is missing; build first (make build, or cmake --build $BUILD --target bench_generate)" >&2
+  echo "run_generate: $BIN is missing; build it first (make bench does, or cmake --build $BUILD --target bench_generate)" >&2
   exit 1
 fi
 export ATTNLAB_NUM_THREADS="$THREADS" OMP_NUM_THREADS="$THREADS" OPENBLAS_NUM_THREADS="$THREADS"

@@ -29,7 +29,7 @@ THREADS=${THREADS:-${ATTNLAB_NUM_THREADS:-$(nproc)}}
 STEPS=${STEPS:-10}
 for bin in bench_lm bench_ops; do
   if [ ! -x "$BUILD/bench/$bin" ]; then
-    echo "run_lm: $BUILD/bench/$bin is missing; build first (make build, or cmake --build $BUILD --target $bin)" >&2
+    echo "run_lm: $BUILD/bench/$bin is missing; build it first (make bench does, or cmake --build $BUILD --target $bin)" >&2
     exit 1
   fi
 done
