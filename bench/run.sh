@@ -32,27 +32,10 @@ BENCH_GROUPS=${BENCH_GROUPS:-matmul elementwise overhead mlp}
 # the OpenBLAS pool that torch_ops.py's matmul uses. bench_ops sets OpenBLAS itself.
 export ATTNLAB_NUM_THREADS="$THREADS" OMP_NUM_THREADS="$THREADS"
 
-TORCH_PY=""
-[ -n "${NO_TORCH:-}" ] || for py in ${PYTHON:-} python3 /usr/bin/python3; do
-  if command -v "$py" >/dev/null 2>&1 && "$py" -c 'import torch' >/dev/null 2>&1; then
-    TORCH_PY=$py
-    break
-  fi
-done
-REPORT_PY=$TORCH_PY
-if [ -z "$REPORT_PY" ]; then
-  for py in python3 /usr/bin/python3; do
-    if command -v "$py" >/dev/null 2>&1; then
-      REPORT_PY=$py
-      break
-    fi
-  done
-fi
+. "$HERE/common.sh"  # TORCH_PY, REPORT_PY, LOAD_START
 
 # Other processes on the machine distort every number, torch's OpenMP pool most (its threads
 # spin-wait for each other); the report records the load average before and after.
-LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo "?")
-export LOAD_START
 echo "bench: $THREADS thread(s), $ROUNDS round(s), load average $LOAD_START" >&2
 if [ -n "${NO_TORCH:-}" ]; then
   echo "bench: NO_TORCH set: attnlab-only numbers" >&2

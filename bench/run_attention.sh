@@ -38,23 +38,9 @@ THROUGHPUT_LENGTHS=${THROUGHPUT_LENGTHS-4096 8192}
 # OpenBLAS pool torch's matmul uses. bench_attention sets OpenBLAS itself around its sgemm.
 export ATTNLAB_NUM_THREADS="$THREADS" OMP_NUM_THREADS="$THREADS" OPENBLAS_NUM_THREADS="$THREADS"
 
-TORCH_PY=""
-[ -n "${NO_TORCH:-}" ] || for py in ${PYTHON:-} python3 /usr/bin/python3; do
-  if command -v "$py" >/dev/null 2>&1 && "$py" -c 'import torch' >/dev/null 2>&1; then
-    TORCH_PY=$py
-    break
-  fi
-done
-REPORT_PY=$TORCH_PY
-[ -n "$REPORT_PY" ] || for py in python3 /usr/bin/python3; do
-  if command -v "$py" >/dev/null 2>&1; then
-    REPORT_PY=$py
-    break
-  fi
-done
+. "$HERE/common.sh"  # TORCH_PY, REPORT_PY, LOAD_START
 
-LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo "?")
-export LOAD_START MEMORY_LIMIT TIME_LIMIT
+export MEMORY_LIMIT TIME_LIMIT
 echo "bench-attention: $THREADS thread(s), N = $LENGTHS, limits $MEMORY_LIMIT GiB and $TIME_LIMIT s per measurement, load average $LOAD_START" >&2
 if [ -z "$TORCH_PY" ]; then
   echo "bench-attention: no python3 with torch (or NO_TORCH set): attnlab-only numbers" >&2

@@ -33,24 +33,10 @@ if [ ! -x "$BIN" ]; then
 fi
 export ATTNLAB_NUM_THREADS="$THREADS" OMP_NUM_THREADS="$THREADS" OPENBLAS_NUM_THREADS="$THREADS"
 
-TORCH_PY=""
-[ -n "${NO_TORCH:-}" ] || for py in ${PYTHON:-} python3 /usr/bin/python3; do
-  if command -v "$py" >/dev/null 2>&1 && "$py" -c 'import torch' >/dev/null 2>&1; then
-    TORCH_PY=$py
-    break
-  fi
-done
-PY=$TORCH_PY
-[ -n "$PY" ] || for py in python3 /usr/bin/python3; do
-  if command -v "$py" >/dev/null 2>&1; then
-    PY=$py
-    break
-  fi
-done
+. "$HERE/common.sh"  # TORCH_PY, REPORT_PY, LOAD_START
 [ -n "$TORCH_PY" ] || echo "run_generate: python3-torch not found (or NO_TORCH set): attnlab-only numbers" >&2
 
-LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo "?")
-export LOAD_START TOKENS UNCACHED_TOKENS REPS THREADS
+export TOKENS UNCACHED_TOKENS REPS THREADS
 mkdir -p "$OUT"
 rm -f "$OUT"/generate.attnlab.*.json "$OUT"/generate.torch.*.json
 i=0
@@ -72,12 +58,12 @@ for spec in $VARIANTS; do
 done
 IFS=$OLD_IFS
 
-if [ -z "$PY" ]; then
+if [ -z "$REPORT_PY" ]; then
   echo "run_generate: no python3 to build the table; raw results:" >&2
   cat "$OUT"/generate.attnlab.*.json
   exit 0
 fi
-"$PY" - "$OUT" "$i" <<'PY'
+"$REPORT_PY" - "$OUT" "$i" <<'PY'
 import json, os, sys
 
 out, count = sys.argv[1], int(sys.argv[2])

@@ -34,21 +34,8 @@ for bin in bench_lm bench_ops; do
   fi
 done
 
-TORCH_PY=""
-[ -n "${NO_TORCH:-}" ] || for py in ${PYTHON:-} python3 /usr/bin/python3; do
-  if command -v "$py" >/dev/null 2>&1 && "$py" -c 'import torch' >/dev/null 2>&1; then
-    TORCH_PY=$py
-    break
-  fi
-done
-PY=$TORCH_PY
-[ -n "$PY" ] || for py in python3 /usr/bin/python3; do
-  if command -v "$py" >/dev/null 2>&1; then
-    PY=$py
-    break
-  fi
-done
-if [ -z "$PY" ]; then
+. "$HERE/common.sh"  # TORCH_PY, REPORT_PY, LOAD_START
+if [ -z "$REPORT_PY" ]; then
   echo "run_lm: no python3 to measure peak RSS and build the table; raw bench_lm result:" >&2
   ATTNLAB_NUM_THREADS="$THREADS" "$BUILD/bench/bench_lm" "$STEPS"
   exit $?
@@ -62,7 +49,7 @@ measure() {
   side=$1 n=$2
   shift 2
   echo "run_lm: $side, $n thread(s)" >&2
-  ATTNLAB_NUM_THREADS="$n" OMP_NUM_THREADS="$n" OPENBLAS_NUM_THREADS="$n" "$PY" -c '
+  ATTNLAB_NUM_THREADS="$n" OMP_NUM_THREADS="$n" OPENBLAS_NUM_THREADS="$n" "$REPORT_PY" -c '
 import json, resource, subprocess, sys
 p = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE, text=True)
 if p.returncode != 0:
@@ -77,8 +64,7 @@ theirs() {
   measure torch "$1" "$TORCH_PY" "$HERE/torch_lm.py" "$STEPS" "$1" || echo "run_lm: torch_lm.py failed; no torch numbers" >&2
 }
 
-LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo "?")
-export LOAD_START STEPS
+export STEPS
 a_main=$(ours "$THREADS") || exit 1
 t_main=$(theirs "$THREADS")
 a1=$a_main t1=$t_main a2=$a_main t2=$t_main
@@ -98,7 +84,7 @@ if [ -n "$TORCH_PY" ]; then
 fi
 
 mkdir -p "$OUT"
-"$PY" - "$OUT" "$THREADS" "$a_main" "$t_main" "$a1" "$t1" "$a2" "$t2" "$a_ops" "$t_ops" <<'PY'
+"$REPORT_PY" - "$OUT" "$THREADS" "$a_main" "$t_main" "$a1" "$t1" "$a2" "$t2" "$a_ops" "$t_ops" <<'PY'
 import json, os, sys
 
 out, threads = sys.argv[1], int(sys.argv[2])
