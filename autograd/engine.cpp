@@ -28,22 +28,51 @@ void accumulate(Tensor& into, Tensor g) {
 }  // namespace
 
 // Releasing a node's edges one by one would destroy a chain of nodes recursively, one stack
-// frame per node, and overflow the stack on graphs ~100,000 nodes deep. Instead, every node
-// about to die has its edges moved onto one explicit stack first, so that its own destructor
-// finds nothing left to recurse into.
+// frame per node, and overflow the stack on graphs ~100,000 nodes deep. Instead, a dying node
+// moves its edges onto its thread's drain stack, and the outermost ~Node on the thread drains
+// it: a node popped there whose last reference the stack held dies in turn, and its own
+// destructor (like that of any node freed meanwhile, say through a tensor a formula saved) only
+// adds its edges to the stack. The stack is reused, so freeing a graph allocates nothing.
+namespace {
+struct DrainStack {
+  std::vector<std::shared_ptr<Node>> nodes;
+  bool draining = false;
+  ~DrainStack();
+};
+thread_local bool drain_stack_gone = false;  // trivially destructible: readable during thread exit
+DrainStack::~DrainStack() { drain_stack_gone = true; }
+}  // namespace
+
 Node::~Node() {
-  std::vector<std::shared_ptr<Node>> stack;
-  auto take_edges = [&stack](Node& n) {
-    for (Edge& e : n.next)
+  bool unique = false;
+  for (Edge& e : next) unique |= e.node && e.node.use_count() == 1;
+  if (!unique) return;  // no edge dies with this node: nothing to recurse into
+  if (drain_stack_gone) {  // the thread is exiting: a local stack
+    std::vector<std::shared_ptr<Node>> stack;
+    for (Edge& e : next)
       if (e.node) stack.push_back(std::move(e.node));
-    n.next.clear();
-  };
-  take_edges(*this);
-  while (!stack.empty()) {
-    std::shared_ptr<Node> n = std::move(stack.back());
-    stack.pop_back();
-    if (n.use_count() == 1) take_edges(*n);  // we hold the last reference: n dies below
+    while (!stack.empty()) {
+      std::shared_ptr<Node> n = std::move(stack.back());
+      stack.pop_back();
+      if (n.use_count() == 1)
+        for (Edge& e : n->next)
+          if (e.node) stack.push_back(std::move(e.node));
+    }
+    return;
   }
+  thread_local DrainStack drain;
+  for (Edge& e : next)
+    if (e.node) drain.nodes.push_back(std::move(e.node));
+  if (drain.draining) return;  // an outer ~Node on this thread drains the stack
+  drain.draining = true;
+  while (!drain.nodes.empty()) {
+    std::shared_ptr<Node> n = std::move(drain.nodes.back());
+    drain.nodes.pop_back();
+    if (n.use_count() == 1)
+      for (Edge& e : n->next)
+        if (e.node) drain.nodes.push_back(std::move(e.node));
+  }  // n dies here once its edges are on the stack: its destructor finds nothing to recurse into
+  drain.draining = false;
 }
 
 bool GradMode::is_enabled() { return grad_enabled; }
@@ -69,7 +98,7 @@ Grads AccumulateGrad::apply(Tensor grad) {
   return {};
 }
 
-void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph) {
+void run_backward(std::span<const Tensor> roots, std::span<const Tensor> grads, bool retain_graph) {
   NoGradGuard no_grad;
   const uint64_t visit = ++epoch;
   // The pass's work lists. The outermost backward on a thread reuses the thread's lists, so a
@@ -77,6 +106,7 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
   struct Lists {
     std::vector<std::shared_ptr<Node>> nodes;  // keeps every node alive for the pass
     std::vector<Node*> stack, ready;
+    std::vector<std::pair<std::shared_ptr<Node>, Tensor>> seeds;
   };
   thread_local Lists reused;
   thread_local int depth = 0;
@@ -90,6 +120,7 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
       l.nodes.clear();  // drop the nodes now, not at the next backward
       l.stack.clear();
       l.ready.clear();
+      l.seeds.clear();
     }
   } depth_guard(lists);
   std::vector<std::shared_ptr<Node>>& nodes = lists.nodes;
@@ -104,7 +135,7 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
     stack.push_back(n.get());
   };
 
-  std::vector<std::pair<std::shared_ptr<Node>, Tensor>> seeds;
+  auto& seeds = lists.seeds;
   for (size_t i = 0; i < roots.size(); ++i) {
     const Tensor& root = roots[i];
     if (!root.requires_grad())

@@ -9,15 +9,20 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <initializer_list>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "autograd/grad_mode.hpp"
+#include "tensor/pool.hpp"
 #include "tensor/tensor.hpp"
 
 namespace attnlab {
 
-using Grads = std::vector<Tensor>;
+// Vectors a node owns or returns come from the small-object pool (tensor/pool.hpp): recording
+// an op and running its backward then call no system allocator.
+using Grads = PoolVector<Tensor>;
 using Hook = std::function<Tensor(const Tensor&)>;
 
 struct Node;
@@ -30,9 +35,9 @@ struct Node {
   virtual ~Node();  // iterative: frees a deep graph without deep recursion (engine.cpp)
 
   const char* name;
-  std::vector<Edge> next;     // one per input
-  std::vector<Dims> shapes;   // input shapes, for the engine's broadcast reduction
-  std::vector<DType> dtypes;  // input dtypes, checked against returned gradients
+  PoolVector<Edge> next;     // one per input
+  PoolVector<Dims> shapes;   // input shapes, for the engine's broadcast reduction
+  PoolVector<DType> dtypes;  // input dtypes, checked against returned gradients
   std::vector<std::pair<int, Hook>> pre_hooks;  // tensor hooks on this node's output gradient
 
   // Gradients for each input from the gradient of the output (undefined where not needed).
@@ -94,16 +99,17 @@ void set_history(const Tensor& result, std::shared_ptr<Node> node);
 enum class SaveResult { No, Yes };
 
 // Records `result` = op(inputs) with backward formula `backward` when any input requires a
-// gradient and grad mode is on; otherwise records nothing. Returns `result`.
+// gradient and grad mode is on; otherwise records nothing. Returns `result`. The inputs come as a
+// braced list ({a, b}: no vector is built) or as a vector (cat, stack: any number).
 template <class F>
-Tensor record(const char* name, Tensor result, const std::vector<Tensor>& inputs, F backward,
+Tensor record(const char* name, Tensor result, std::span<const Tensor> inputs, F backward,
               SaveResult save = SaveResult::No) {
   if (!GradMode::is_enabled()) return result;
   bool any = false;
   for (const Tensor& t : inputs) any |= t.defined() && t.requires_grad();
   if (!any) return result;
-  auto node = std::make_shared<LambdaNode<F>>(name, std::move(backward));
-  node->next.reserve(inputs.size());  // one allocation each, not one per growth step
+  auto node = make_pooled<LambdaNode<F>>(name, std::move(backward));
+  node->next.reserve(inputs.size());  // one pool block each, not one per growth step
   node->shapes.reserve(inputs.size());
   node->dtypes.reserve(inputs.size());
   for (const Tensor& t : inputs) {
@@ -112,11 +118,22 @@ Tensor record(const char* name, Tensor result, const std::vector<Tensor>& inputs
     node->dtypes.push_back(t.defined() ? t.dtype() : kFloat32);
   }
   if (save == SaveResult::Yes) node->result = result.detach();
-  set_history(result, node);
+  set_history(result, std::move(node));
   return result;
+}
+template <class F>
+Tensor record(const char* name, Tensor result, std::initializer_list<Tensor> inputs, F backward,
+              SaveResult save = SaveResult::No) {
+  return record(name, std::move(result), std::span<const Tensor>(inputs.begin(), inputs.size()), std::move(backward),
+                save);
+}
+template <class F>
+Tensor record(const char* name, Tensor result, const std::vector<Tensor>& inputs, F backward,
+              SaveResult save = SaveResult::No) {
+  return record(name, std::move(result), std::span<const Tensor>(inputs), std::move(backward), save);
 }
 
 // Runs backward from `roots` with the given output gradients.
-void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph);
+void run_backward(std::span<const Tensor> roots, std::span<const Tensor> grads, bool retain_graph);
 
 }  // namespace attnlab

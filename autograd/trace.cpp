@@ -21,7 +21,7 @@ void OpTrace::mark_existing(const Tensor& t) {
 void OpTrace::append(const Tensor& result, const Node& node) {
   TracedOp op;
   op.name = node.name;
-  op.inputs = node.shapes;
+  op.inputs.assign(node.shapes.begin(), node.shapes.end());
   op.output = result.shape();
   op.dtype = result.dtype();
   op.new_storage = seen_.insert(result.storage().get()).second;

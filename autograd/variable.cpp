@@ -11,7 +11,7 @@ AutogradMeta* autograd_meta_if(const Tensor& t) { return t.defined() ? t.impl()-
 AutogradMeta& autograd_meta(const Tensor& t) {
   if (!t.defined()) fail<ValueError>("autograd: the tensor is undefined");
   auto& m = t.impl()->autograd;
-  if (!m) m = std::make_shared<AutogradMeta>();
+  if (!m) m = make_pooled<AutogradMeta>();
   return *m;
 }
 
@@ -21,7 +21,8 @@ Edge gradient_edge(const Tensor& t) {
   if (m->grad_fn) return {m->grad_fn};
   std::shared_ptr<Node> acc = m->grad_accumulator.lock();
   if (!acc) {
-    acc = std::make_shared<AccumulateGrad>(t.impl()->autograd);
+    m->grad_accumulator.reset();  // frees the expired accumulator's block for the one made next
+    acc = make_pooled<AccumulateGrad>(t.impl()->autograd);
     m->grad_accumulator = acc;
   }
   return {acc};
@@ -71,7 +72,9 @@ std::shared_ptr<Node> Tensor::grad_fn() const {
   return m ? m->grad_fn : nullptr;
 }
 
-void Tensor::backward(const Tensor& grad, bool retain_graph) const { run_backward({*this}, {grad}, retain_graph); }
+void Tensor::backward(const Tensor& grad, bool retain_graph) const {
+  run_backward(std::span<const Tensor>(this, 1), std::span<const Tensor>(&grad, 1), retain_graph);
+}
 
 Tensor Tensor::detach() const { return as_strided(shape(), strides(), offset()); }
 

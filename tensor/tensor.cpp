@@ -1,12 +1,14 @@
 #include "tensor/tensor.hpp"
 
+#include "tensor/pool.hpp"
+
 namespace attnlab {
 
 Tensor Tensor::empty(const Dims& shape, DType dtype) {
   for (int64_t s : shape)
     if (s < 0) fail<ShapeError>("empty: negative size in shape {}", to_string(shape));
-  auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(static_cast<size_t>(numel_of(shape) * itemsize(dtype)));
+  auto impl = make_pooled<TensorImpl>();
+  impl->storage = make_pooled<Storage>(static_cast<size_t>(numel_of(shape) * itemsize(dtype)));
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
   impl->dtype = dtype;
@@ -14,7 +16,7 @@ Tensor Tensor::empty(const Dims& shape, DType dtype) {
 }
 
 Tensor Tensor::as_strided(const Dims& shape, const Dims& strides, int64_t offset) const {
-  auto impl = std::make_shared<TensorImpl>();
+  auto impl = make_pooled<TensorImpl>();
   impl->storage = impl_->storage;
   impl->offset = offset;
   impl->shape = shape;

@@ -123,7 +123,8 @@ Tensor sum_to(const Tensor& x, const Dims& shape) {
   const int lead = x.dim() - shape.size();
   if (lead < 0)
     fail<ShapeError>("sum_to: cannot reduce shape {} to the larger shape {}", to_string(x.shape()), to_string(shape));
-  std::vector<int64_t> dims;
+  thread_local std::vector<int64_t> dims;  // reused: the engine calls this for every broadcast input
+  dims.clear();
   for (int d = 0; d < x.dim(); ++d) {
     if (d < lead) {
       dims.push_back(d);
