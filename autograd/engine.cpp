@@ -44,9 +44,12 @@ DrainStack::~DrainStack() { drain_stack_gone = true; }
 }  // namespace
 
 Node::~Node() {
-  bool unique = false;
-  for (Edge& e : next) unique |= e.node && e.node.use_count() == 1;
-  if (!unique) return;  // no edge dies with this node: nothing to recurse into
+  bool any = false;
+  for (Edge& e : next) any |= e.node != nullptr;
+  if (!any) return;  // a leaf's accumulator, or a node already drained
+  // (Not "no edge is the last reference": in y = y * y both edges share one reference count,
+  // neither is unique, and releasing them one after the other still frees the node they point
+  // to, recursively.)
   if (drain_stack_gone) {  // the thread is exiting: a local stack
     std::vector<std::shared_ptr<Node>> stack;
     for (Edge& e : next)

@@ -12,6 +12,8 @@
 #   THREADS=N   thread count of the main comparison (default: ATTNLAB_NUM_THREADS, else every
 #               core); the scaling rows always run 1 and 2 threads (reusing the main run)
 #   STEPS=S     timed training steps per run, after 2 warm-up steps (default 10; median kept)
+#   ROUNDS=R    run every measurement R times, alternating, and keep each one's fastest run
+#               (default 1; use 3 on a VM whose neighbours take memory bandwidth and clock)
 #   PYTHON      the python3 that has torch (default: the first of python3, /usr/bin/python3)
 #   NO_TORCH=1  attnlab-only numbers
 #
@@ -27,6 +29,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 OUT="$BUILD/bench"
 THREADS=${THREADS:-${ATTNLAB_NUM_THREADS:-$(nproc)}}
 STEPS=${STEPS:-10}
+ROUNDS=${ROUNDS:-1}
 for bin in bench_lm bench_ops; do
   if [ ! -x "$BUILD/bench/$bin" ]; then
     echo "run_lm: $BUILD/bench/$bin is missing; build it first (make bench does, or cmake --build $BUILD --target $bin)" >&2
@@ -64,18 +67,32 @@ theirs() {
   measure torch "$1" "$TORCH_PY" "$HERE/torch_lm.py" "$STEPS" "$1" || echo "run_lm: torch_lm.py failed; no torch numbers" >&2
 }
 
-export STEPS
-a_main=$(ours "$THREADS") || exit 1
-t_main=$(theirs "$THREADS")
-a1=$a_main t1=$t_main a2=$a_main t2=$t_main
-if [ "$THREADS" != 1 ]; then
-  a1=$(ours 1) || exit 1
-  t1=$(theirs 1)
-fi
-if [ "$THREADS" != 2 ]; then
-  a2=$(ours 2) || exit 1
-  t2=$(theirs 2)
-fi
+export STEPS ROUNDS
+# Every measurement is a list of JSON lines, one per round; the table keeps the fastest.
+a_main="" t_main="" a1="" t1="" a2="" t2=""
+round=1
+while [ "$round" -le "$ROUNDS" ]; do
+  [ "$ROUNDS" = 1 ] || echo "run_lm: round $round of $ROUNDS" >&2
+  a_main="$a_main
+$(ours "$THREADS")" || exit 1
+  t_main="$t_main
+$(theirs "$THREADS")"
+  if [ "$THREADS" != 1 ]; then
+    a1="$a1
+$(ours 1)" || exit 1
+    t1="$t1
+$(theirs 1)"
+  fi
+  if [ "$THREADS" != 2 ]; then
+    a2="$a2
+$(ours 2)" || exit 1
+    t2="$t2
+$(theirs 2)"
+  fi
+  round=$((round + 1))
+done
+[ "$THREADS" != 1 ] || { a1=$a_main; t1=$t_main; }
+[ "$THREADS" != 2 ] || { a2=$a_main; t2=$t_main; }
 echo "run_lm: per-op overhead, bench_ops --only overhead" >&2
 a_ops=$(ATTNLAB_NUM_THREADS="$THREADS" "$BUILD/bench/bench_ops" --only overhead 2>/dev/null) || { echo "run_lm: bench_ops failed" >&2; exit 1; }
 t_ops=""
@@ -89,8 +106,13 @@ import json, os, sys
 
 out, threads = sys.argv[1], int(sys.argv[2])
 def load(s):
-    return json.loads(s) if s.strip() else None
-a, t, a1, t1, a2, t2, a_ops, t_ops = (load(s) for s in sys.argv[3:11])
+    """The fastest of the rounds' JSON lines (None when there are none)."""
+    runs = [json.loads(line) for line in s.splitlines() if line.strip()]
+    if not runs:
+        return None
+    return max(runs, key=lambda r: r.get("tokens_per_s", 0))
+a, t, a1, t1, a2, t2 = (load(s) for s in sys.argv[3:9])
+a_ops, t_ops = (json.loads(s) if s.strip() else None for s in sys.argv[9:11])
 dash = "—"
 MiB = 1024 * 1024
 met_count = total = 0
@@ -156,7 +178,9 @@ try:
 except OSError:
     load_end = "?"
 load_start = os.environ.get("LOAD_START", "?")
-lines.append(f"- {a['params']} parameters; median of {os.environ.get('STEPS', '10')} steps after 2 warm-up steps; "
+rounds = int(os.environ.get("ROUNDS", "1"))
+best = f"; the fastest of {rounds} alternating runs per row" if rounds > 1 else ""
+lines.append(f"- {a['params']} parameters; median of {os.environ.get('STEPS', '10')} steps after 2 warm-up steps{best}; "
              f"torch: {'PyTorch (torch_lm.py)' if t else 'not available, attnlab-only numbers'}")
 lines.append(f"- load average (1, 5, 15 min): {load_start} before, {load_end} after")
 try:

@@ -53,9 +53,11 @@ constexpr bool kBypass = false;
 }  // namespace
 
 void* pool_alloc(std::size_t bytes) {
-  if (kBypass || bytes > kPoolMaxBytes || lists.gone) return ::operator new(bytes);
+  if (kBypass || bytes > kPoolMaxBytes) return ::operator new(bytes);
   const int c = class_of(bytes);
-  if (FreeBlock* b = lists.head[c]) {
+  // Even with the lists gone (thread exit), the block has its class's size: another thread may
+  // free it into its own lists and hand it out for any request of the class.
+  if (FreeBlock* b = lists.gone ? nullptr : lists.head[c]) {
     lists.head[c] = b->next;
     --lists.count[c];
     return b;

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <new>
+#include <thread>
 
 #include "grad_helpers.hpp"
 
@@ -67,4 +68,12 @@ TEST_CASE("allocations: freeing a long graph allocates nothing and never recurse
   Tensor deep = chain(200000);  // deep enough to overflow a recursive destructor
   deep = Tensor();
   CHECK(x.grad_fn() == nullptr);
+  // Both edges of y * y hold the node before: neither is its last reference on its own.
+  Tensor y = x;
+  for (int i = 0; i < 200000; ++i) y = y * y;
+  CHECK(y.item() == 1.0);
+  y = Tensor();
+  // A graph freed on a thread that then exits: its pool lists and drain stack are emptied then.
+  Tensor z = chain(1000);
+  std::thread([z = std::move(z)]() mutable { z = Tensor(); }).join();
 }
