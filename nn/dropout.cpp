@@ -11,6 +11,7 @@ uint64_t draw_seed(Generator& from) {
 }
 
 Dropout::Dropout(double p) : p(p), gen_(draw_seed()) {
+  register_generator("generator", gen_);
   if (!(p >= 0 && p < 1)) fail<ValueError>("Dropout: p must be in [0, 1), got {}", p);
 }
 

@@ -33,6 +33,7 @@ void Module::check_new_name(const std::string& name, const char* what) const {
                      type_name());
   bool taken = std::any_of(params_.begin(), params_.end(), [&](const auto& p) { return p.first == name; }) ||
                std::any_of(buffers_.begin(), buffers_.end(), [&](const auto& b) { return b.name == name; }) ||
+               std::any_of(generators_.begin(), generators_.end(), [&](const auto& g) { return g.first == name; }) ||
                std::any_of(children_.begin(), children_.end(), [&](const auto& c) { return c.first == name; });
   if (taken) fail<ValueError>("{}: \"{}\" is already registered in this {}", what, name, type_name());
 }
@@ -55,6 +56,12 @@ Tensor Module::register_buffer(const std::string& name, Tensor t, bool persisten
   if (t.requires_grad()) t = t.detach();
   buffers_.push_back({name, t, persistent});
   return t;
+}
+
+Generator& Module::register_generator(const std::string& name, Generator& gen) {
+  check_new_name(name, "register_generator");
+  generators_.emplace_back(name, &gen);
+  return gen;
 }
 
 void Module::add_child(const std::string& name, ModulePtr module) {
@@ -115,6 +122,19 @@ NamedTensors Module::named_buffers(bool recurse) const {
   auto visit = [&](const std::string& prefix, const Module& m) {
     for (const auto& b : m.buffers_)
       if (seen.insert(b.tensor.impl()).second) out.emplace_back(join(prefix, b.name), b.tensor);
+  };
+  if (!recurse) {
+    visit("", *this);
+    return out;
+  }
+  for (const auto& [prefix, m] : named_modules()) visit(prefix, *m);
+  return out;
+}
+
+std::vector<std::pair<std::string, Generator*>> Module::named_generators(bool recurse) const {
+  std::vector<std::pair<std::string, Generator*>> out;
+  auto visit = [&](const std::string& prefix, const Module& m) {
+    for (const auto& [name, gen] : m.generators_) out.emplace_back(join(prefix, name), gen);
   };
   if (!recurse) {
     visit("", *this);

@@ -61,6 +61,11 @@ class Module : public std::enable_shared_from_this<Module> {
     add_child(name, module);
     return module;
   }
+  // A generator the module draws from while it runs (dropout masks, gate noise), a member of
+  // the module. Generators are not tensors and not in state_dict(); the runner's Trainer saves
+  // them in its checkpoints (as "rng.<dotted name>"), so that a resumed run draws what an
+  // uninterrupted one would. Returns `gen`.
+  Generator& register_generator(const std::string& name, Generator& gen);
 
   // ---- walking the tree (registration order, dotted names) ----
   // A tensor registered under two names (tied weights) appears once, under its first name,
@@ -69,6 +74,9 @@ class Module : public std::enable_shared_from_this<Module> {
   NamedTensors named_buffers(bool recurse = true) const;
   std::vector<Tensor> parameters(bool recurse = true) const;
   std::vector<Tensor> buffers(bool recurse = true) const;
+  // Registered generators, by dotted name ("blocks.0.attention.generator"); each module's own
+  // first, in registration order.
+  std::vector<std::pair<std::string, Generator*>> named_generators(bool recurse = true) const;
   NamedModules named_children() const;
   std::vector<ModulePtr> children() const;
   // This module (name "") and every descendant, depth first. When this module is not owned by
@@ -131,6 +139,7 @@ class Module : public std::enable_shared_from_this<Module> {
 
   std::vector<std::pair<std::string, Tensor>> params_;
   std::vector<Buffer> buffers_;
+  std::vector<std::pair<std::string, Generator*>> generators_;  // members of this module
   NamedModules children_;
   bool training_ = true;
 };

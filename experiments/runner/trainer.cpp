@@ -7,7 +7,6 @@
 
 #include "autograd/grad_mode.hpp"
 #include "autograd/ops.hpp"
-#include "nn/dropout.hpp"
 #include "optim/clip.hpp"
 #include "tensor/random.hpp"
 
@@ -93,10 +92,9 @@ TensorMap Trainer::state() const {
   for (auto& [name, l] : loaders_) s["loader." + name] = i64s({l->state().epoch, l->state().position});
   const Generator& g = default_generator();
   s["trainer.default_generator"] = i64s({int64_t(g.seed()), int64_t(g.offset())});
-  // Dropout layers own generators outside the state_dict.
-  for (auto& [name, m] : model_.named_modules())
-    if (auto d = std::dynamic_pointer_cast<nn::Dropout>(m))
-      s["rng." + name] = i64s({int64_t(d->generator().seed()), int64_t(d->generator().offset())});
+  // Generators the modules own (dropout layers, attention dropout, gate noise) are not in the
+  // state_dict.
+  for (auto& [name, g] : model_.named_generators()) s["rng." + name] = i64s({int64_t(g->seed()), int64_t(g->offset())});
   s["trainer.step"] = i64s({step_, loss_count_});
   s["trainer.loss_sum"] = from_vector(std::vector<double>{loss_sum_});
   return s;
@@ -112,11 +110,17 @@ void Trainer::restore(const TensorMap& s) {
   }
   auto g = read_i64s(s, "trainer.default_generator", 2);
   default_generator().set_state(uint64_t(g[0]), uint64_t(g[1]));
-  for (auto& [name, m] : model_.named_modules())
-    if (auto d = std::dynamic_pointer_cast<nn::Dropout>(m)) {
-      auto v = read_i64s(s, "rng." + name, 2);
-      d->generator().set_state(uint64_t(v[0]), uint64_t(v[1]));
-    }
+  for (auto& [name, g] : model_.named_generators()) {
+    // Checkpoints written before generators were registered name a Dropout's "rng.<module>"
+    // and hold no attention generators: those keep their seeded state (such a run resumes
+    // correctly, not bitwise).
+    std::string key = "rng." + name;
+    const std::string legacy = key.substr(0, key.size() - std::string(".generator").size());
+    if (!s.count(key) && name.ends_with(".generator") && s.count(legacy)) key = legacy;
+    if (!s.count(key)) continue;
+    auto v = read_i64s(s, key, 2);
+    g->set_state(uint64_t(v[0]), uint64_t(v[1]));
+  }
   auto st = read_i64s(s, "trainer.step", 2);
   step_ = st[0];
   loss_count_ = st[1];

@@ -95,6 +95,7 @@ std::shared_ptr<Attention> CollaborativeAttention::make(const Options& o, int64_
 
 CollaborativeAttention::CollaborativeAttention(int64_t d_model, const CollaborativeConfig& c)
     : config(c), gen(default_generator().next_u64()) {
+  register_generator("generator", gen);  // attention dropout: saved in checkpoints
   d_model_ = d_model;
   const int64_t h = c.head.heads, dks = c.shared_key_size, dv = c.head.value_size;
   if (d_model <= 0 || h <= 0 || dks <= 0 || dv <= 0)

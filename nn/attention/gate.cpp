@@ -9,6 +9,7 @@ namespace attnlab::nn {
 
 HardConcreteGate::HardConcreteGate(int64_t heads, const GateConfig& cfg)
     : config(cfg), gen(default_generator().next_u64()) {
+  register_generator("generator", gen);  // gate noise: saved in checkpoints
   if (!(cfg.temperature > 0)) fail<ValueError>("gate: gate_temperature must be positive, got {}", cfg.temperature);
   if (!(cfg.gamma < 0 && cfg.zeta > 1))
     fail<ValueError>("gate: the stretch interval needs gate_gamma < 0 < 1 < gate_zeta, got gamma={} zeta={}", cfg.gamma,

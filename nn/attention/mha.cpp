@@ -27,6 +27,7 @@ std::shared_ptr<Attention> MultiHeadAttention::make(const Options& o, int64_t d_
 
 MultiHeadAttention::MultiHeadAttention(int64_t d_model, const HeadConfig& c, bool kb)
     : config(c), key_bias(kb), gen(default_generator().next_u64()) {
+  register_generator("generator", gen);  // attention dropout: saved in checkpoints
   d_model_ = d_model;
   const int64_t h = c.heads;
   q_proj = register_module("q_proj", std::make_shared<Linear>(d_model, h * c.key_size, c.bias));

@@ -9,6 +9,7 @@ namespace attnlab::nn {
 
 ProjectedAttention::ProjectedAttention(std::string variant, int64_t d_model, const HeadConfig& c, bool has_k_proj)
     : config(c), gen(default_generator().next_u64()), variant_(std::move(variant)) {
+  register_generator("generator", gen);  // attention dropout: saved in checkpoints
   d_model_ = d_model;
   const int64_t h = c.heads;
   q_proj = register_module("q_proj", std::make_shared<Linear>(d_model, h * c.key_size, c.bias));

@@ -270,6 +270,7 @@ std::shared_ptr<Attention> Synthesizer::make(const Options& o, int64_t d_model) 
 }
 
 Synthesizer::Synthesizer(int64_t d_model, const SynthesizerConfig& c) : config(c), gen(default_generator().next_u64()) {
+  register_generator("generator", gen);  // attention dropout: saved in checkpoints
   if (d_model <= 0) fail<ValueError>("synthesizer: d_model must be positive, got {}", d_model);
   validate(c);
   d_model_ = d_model;

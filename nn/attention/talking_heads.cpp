@@ -59,6 +59,7 @@ Tensor mix_init(int64_t rows, int64_t cols) {
 
 TalkingHeadsAttention::TalkingHeadsAttention(int64_t d_model, const TalkingHeadsConfig& c)
     : config(c), gen(default_generator().next_u64()) {
+  register_generator("generator", gen);  // attention dropout: saved in checkpoints
   d_model_ = d_model;
   const int64_t h = c.head.heads, hk = c.logit_heads, hv = c.value_heads;
   const int64_t dk = c.head.key_size, dv = c.head.value_size;

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 
+#include "nn/attention/registry.hpp"
 #include "nn_testing.hpp"
 
 using namespace attnlab;
@@ -140,6 +141,28 @@ TEST_CASE("registration: duplicate names, dots, empty names and non-floating par
   // Buffers never require grad.
   Tensor b = m.register_buffer("buf", ones({2}).requires_grad_());
   CHECK_FALSE(b.requires_grad());
+}
+
+TEST_CASE("named_generators: every layer's own generator by dotted name; names are checked") {
+  Net net;
+  auto gens = net.named_generators();
+  REQUIRE(gens.size() == 2);
+  CHECK(gens[0].first == "blocks.0.attn.drop.generator");
+  CHECK(gens[1].first == "blocks.1.attn.drop.generator");
+  CHECK(gens[0].second == &net.blocks->at<Block>(0)->attn->drop->generator());
+  CHECK(net.named_generators(/*recurse=*/false).empty());
+  // The attention layers register theirs (attention dropout; gate noise).
+  auto attention = nn::make_attention("mha(heads=2, gate=hard_concrete)", 8);
+  std::vector<std::string> names;
+  for (auto& [name, g] : attention->named_generators()) names.push_back(name);
+  CHECK(names == std::vector<std::string>{"generator", "gate.generator"});
+
+  Module m;
+  Generator g(1);
+  CHECK(&m.register_generator("rng", g) == &g);
+  CHECK_THROWS_AS(m.register_generator("rng", g), ValueError);
+  CHECK_THROWS_AS(m.register_buffer("rng", zeros({1})), ValueError);
+  CHECK_THROWS_AS(m.register_generator("a.b", g), ValueError);
 }
 
 TEST_CASE("train/eval propagate to every descendant") {

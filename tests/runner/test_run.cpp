@@ -26,14 +26,15 @@ namespace {
 
 int g_stop_at = -1;  // the step at which the test experiment sends itself SIGTERM
 
-// A tiny classifier with dropout (so the default generator matters) on recall.
+// A tiny classifier with dropout and attention dropout (so the default generator and the
+// generators the layers own matter) on recall.
 const bool registered = register_experiment({
     .name = "test_resume",
     .description = "tests/runner: tiny recall classifier with dropout",
     .schema = [] {
       Schema s;
       add_task_keys(s, "recall");
-      catalog::add_model_keys(s, {.attention = "mha(heads=2)", .d_model = 16, .layers = 1, .ffn_hidden = 32,
+      catalog::add_model_keys(s, {.attention = "mha(heads=2, attn_dropout=0.1)", .d_model = 16, .layers = 1, .ffn_hidden = 32,
                                   .dropout = 0.1});
       add_train_keys(s, {.steps = 30, .batch_size = 16, .lr = 3e-3, .warmup = 5, .eval_every = 5, .log_every = 3,
                          .checkpoint_every = 4});
