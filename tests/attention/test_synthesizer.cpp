@@ -387,7 +387,8 @@ TEST_CASE("synthesizer parameter names and shapes follow the spec") {
   }
   // factorized_dense defaults: a = smallest a >= sqrt(L), b = ceil(L / a)
   auto sz = [](const std::string& spec) {
-    auto& s = as_synth(make_attention(spec, 8));
+    auto layer = make_attention(spec, 8);  // held: as_synth returns a reference into it
+    auto& s = as_synth(layer);
     return std::pair{s.config.a, s.config.b};
   };
   CHECK(sz("synthesizer(parts=factorized_dense)") == std::pair<int64_t, int64_t>{23, 23});
