@@ -456,6 +456,19 @@ TEST_CASE("in-place updates: add_, mul_, fill_, zero_, copy_ on contiguous and s
   CHECK(leaf.to_vector<float>() == std::vector<float>{1, 1});
 }
 
+TEST_CASE("the last-level cache size: sysfs sizes parse, and the machine's is plausible") {
+  CHECK(kernels::parse_cache_size("32768K") == 32LL << 20);
+  CHECK(kernels::parse_cache_size("1M") == 1LL << 20);
+  CHECK(kernels::parse_cache_size("65536") == 65536);
+  CHECK(kernels::parse_cache_size("512K\n") == 512LL << 10);
+  CHECK(kernels::parse_cache_size("") == -1);
+  CHECK(kernels::parse_cache_size("big") == -1);
+  CHECK(kernels::parse_cache_size("12X") == -1);
+  // Whatever the machine, an L2 or L3 between 256 KiB and 1 GiB (this VM: 32 MiB).
+  CHECK(kernels::last_level_cache_bytes() >= (256LL << 10));
+  CHECK(kernels::last_level_cache_bytes() <= (1LL << 30));
+}
+
 TEST_CASE("streaming stores write what the plain loop writes, at every alignment and length") {
   // store_run's streaming path has an unaligned head, 32-byte vector stores and a tail; a
   // buffer offset by 0..7 elements and lengths around the vector width reach all three.
@@ -476,7 +489,7 @@ TEST_CASE("streaming stores write what the plain loop writes, at every alignment
   check(0.0f);
   check(0.0);
   // And through an op large enough to stream (its operands exceed the last-level cache).
-  const int64_t n = kernels::last_level_cache_bytes() / 8 + 1000;  // a and c: 8n bytes > the cache
+  const int64_t n = kernels::last_level_cache_bytes() / 4 + 1000;  // a and c: 8n bytes > 1.25x the cache
   Tensor a = arange(0, double(n), 1, kFloat32), b = full({1}, 2.0);
   Tensor c = a * b;
   const float* pc = c.data<float>();
