@@ -41,6 +41,19 @@ struct DrainStack {
 };
 thread_local bool drain_stack_gone = false;  // trivially destructible: readable during thread exit
 DrainStack::~DrainStack() { drain_stack_gone = true; }
+
+void take_edges(Node& n, std::vector<std::shared_ptr<Node>>& stack) {
+  for (Edge& e : n.next)
+    if (e.node) stack.push_back(std::move(e.node));
+}
+
+void drain(std::vector<std::shared_ptr<Node>>& stack) {
+  while (!stack.empty()) {
+    std::shared_ptr<Node> n = std::move(stack.back());
+    stack.pop_back();
+    if (n.use_count() == 1) take_edges(*n, stack);
+  }  // n dies here once its edges are on the stack: its destructor finds nothing to recurse into
+}
 }  // namespace
 
 Node::~Node() {
@@ -50,32 +63,18 @@ Node::~Node() {
   // (Not "no edge is the last reference": in y = y * y both edges share one reference count,
   // neither is unique, and releasing them one after the other still frees the node they point
   // to, recursively.)
-  if (drain_stack_gone) {  // the thread is exiting: a local stack
+  if (drain_stack_gone) {  // the thread is exiting: a stack of its own
     std::vector<std::shared_ptr<Node>> stack;
-    for (Edge& e : next)
-      if (e.node) stack.push_back(std::move(e.node));
-    while (!stack.empty()) {
-      std::shared_ptr<Node> n = std::move(stack.back());
-      stack.pop_back();
-      if (n.use_count() == 1)
-        for (Edge& e : n->next)
-          if (e.node) stack.push_back(std::move(e.node));
-    }
+    take_edges(*this, stack);
+    drain(stack);
     return;
   }
-  thread_local DrainStack drain;
-  for (Edge& e : next)
-    if (e.node) drain.nodes.push_back(std::move(e.node));
-  if (drain.draining) return;  // an outer ~Node on this thread drains the stack
-  drain.draining = true;
-  while (!drain.nodes.empty()) {
-    std::shared_ptr<Node> n = std::move(drain.nodes.back());
-    drain.nodes.pop_back();
-    if (n.use_count() == 1)
-      for (Edge& e : n->next)
-        if (e.node) drain.nodes.push_back(std::move(e.node));
-  }  // n dies here once its edges are on the stack: its destructor finds nothing to recurse into
-  drain.draining = false;
+  thread_local DrainStack stack;
+  take_edges(*this, stack.nodes);
+  if (stack.draining) return;  // an outer ~Node on this thread drains the stack
+  stack.draining = true;
+  drain(stack.nodes);
+  stack.draining = false;
 }
 
 bool GradMode::is_enabled() { return grad_enabled; }
