@@ -94,7 +94,8 @@ TensorMap Trainer::state() const {
   s["trainer.default_generator"] = i64s({int64_t(g.seed()), int64_t(g.offset())});
   // Generators the modules own (dropout layers, attention dropout, gate noise) are not in the
   // state_dict.
-  for (auto& [name, g] : model_.named_generators()) s["rng." + name] = i64s({int64_t(g->seed()), int64_t(g->offset())});
+  for (auto& [name, gen] : model_.named_generators())
+    s["rng." + name] = i64s({int64_t(gen->seed()), int64_t(gen->offset())});
   s["trainer.step"] = i64s({step_, loss_count_});
   s["trainer.loss_sum"] = from_vector(std::vector<double>{loss_sum_});
   return s;
@@ -110,7 +111,7 @@ void Trainer::restore(const TensorMap& s) {
   }
   auto g = read_i64s(s, "trainer.default_generator", 2);
   default_generator().set_state(uint64_t(g[0]), uint64_t(g[1]));
-  for (auto& [name, g] : model_.named_generators()) {
+  for (auto& [name, gen] : model_.named_generators()) {
     // Checkpoints written before generators were registered name a Dropout's "rng.<module>"
     // and hold no attention generators: those keep their seeded state (such a run resumes
     // correctly, not bitwise).
@@ -119,7 +120,7 @@ void Trainer::restore(const TensorMap& s) {
     if (!s.count(key) && name.ends_with(".generator") && s.count(legacy)) key = legacy;
     if (!s.count(key)) continue;
     auto v = read_i64s(s, key, 2);
-    g->set_state(uint64_t(v[0]), uint64_t(v[1]));
+    gen->set_state(uint64_t(v[0]), uint64_t(v[1]));
   }
   auto st = read_i64s(s, "trainer.step", 2);
   step_ = st[0];
