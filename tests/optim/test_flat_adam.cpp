@@ -122,7 +122,7 @@ void check_flat_matches_twin(const Options& options) {
 
 }  // namespace
 
-TEST_CASE("AdamW's flat pass is bitwise its per-tensor twin (groups, skipped params, float64, layout changes)") {
+TEST_CASE("AdamW's flat pass is bitwise its per-tensor twin (groups, parameters without a gradient on some or all steps, float64, layout changes)") {
   check_flat_matches_twin<AdamW>(AdamWOptions{.lr = 0.01, .beta1 = 0.8, .beta2 = 0.95, .eps = 1e-6});
 }
 
