@@ -100,7 +100,7 @@ enum class SaveResult { No, Yes };
 
 // Records `result` = op(inputs) with backward formula `backward` when any input requires a
 // gradient and grad mode is on; otherwise records nothing. Returns `result`. The inputs come as a
-// braced list ({a, b}: no vector is built) or as a vector (cat, stack: any number).
+// braced list ({a, b}: no vector is built) or as any contiguous range, a vector say (cat, stack).
 template <class F>
 Tensor record(const char* name, Tensor result, std::span<const Tensor> inputs, F backward,
               SaveResult save = SaveResult::No) {
@@ -126,11 +126,6 @@ Tensor record(const char* name, Tensor result, std::initializer_list<Tensor> inp
               SaveResult save = SaveResult::No) {
   return record(name, std::move(result), std::span<const Tensor>(inputs.begin(), inputs.size()), std::move(backward),
                 save);
-}
-template <class F>
-Tensor record(const char* name, Tensor result, const std::vector<Tensor>& inputs, F backward,
-              SaveResult save = SaveResult::No) {
-  return record(name, std::move(result), std::span<const Tensor>(inputs), std::move(backward), save);
 }
 
 // Runs backward from `roots` with the given output gradients.
