@@ -11,6 +11,8 @@
 // softmax heads solve it after a plateau of about 2000 steps (hence 5000 steps), the kernel
 // approximations get part of the way, and a two-position window or content-free synthesized
 // weights cannot find the key (docs/experiments.md has a measured table).
+#include <cblas.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -21,6 +23,7 @@
 #include "attnlab.hpp"
 #include "experiments/cli/commands.hpp"
 #include "experiments/runner/report.hpp"
+#include "experiments/runner/stats.hpp"
 #include "experiments/runner/store.hpp"
 #include "experiments/runner/sweep.hpp"
 #include "tensor/io.hpp"
@@ -37,6 +40,7 @@ constexpr int64_t kDefaultSteps = 5000;
 constexpr const char* kDemoSweep = R"toml(# attnlab demo: the attention shoot-out (experiments/cli/demo.cpp, docs/experiments.md).
 experiment = "classify"
 workers = 2
+seeds = [0, 1, 2]                  # a ranking is read from means over seeds, never from one run
 
 [set]
 "task.name" = "recall"            # 4 key/value pairs and a query -> the query's value (N = 9)
@@ -80,12 +84,20 @@ std::string demo_sweep_text(int64_t steps) {
   return text;
 }
 
-// The shoot-out's table on `out`, best val_acc first, from the sweep directory's store.
+// OpenBLAS's build and the kernel it chose for this CPU: the demo's numbers move with it (the
+// kernels round differently, and a run that breaks its plateau late can flip).
+std::string blas_config() {
+  return fmt::format("{} (kernel {})", openblas_get_config(), openblas_get_corename());
+}
+
+// The shoot-out's table on `out`, best mean val_acc first, from the sweep directory's store: per
+// variant the mean over seeds with its 95% interval and the seeds' range, then the mean speed
+// and memory. Variants whose intervals overlap are not ranked by this run.
 void print_table(const fs::path& dir, std::ostream& out) {
   runner::Store store(dir / "results.sqlite");
   struct Row {
     std::string variant;
-    double acc, speed, memory;
+    std::vector<double> acc, speed, memory;
   };
   std::vector<Row> rows;
   std::vector<std::string> failed;
@@ -93,22 +105,34 @@ void print_table(const fs::path& dir, std::ostream& out) {
     const auto point = nlohmann::json::parse(r.point_json);
     const std::string variant = point.value("model.attention", "?");
     if (r.status != "complete") {
-      failed.push_back(variant);
+      failed.push_back(fmt::format("{} seed {}", variant, point.value("seed", int64_t(0))));
       continue;
     }
     auto metric = [&](const char* name) {
       auto it = r.metrics.find(name);
       return it == r.metrics.end() ? NAN : it->second;
     };
-    rows.push_back({variant, metric("val_acc"), metric("steps_per_s"), metric("peak_rss_mb")});
+    auto it = std::find_if(rows.begin(), rows.end(), [&](const Row& row) { return row.variant == variant; });
+    if (it == rows.end()) it = rows.insert(rows.end(), Row{variant, {}, {}, {}});
+    it->acc.push_back(metric("val_acc"));
+    it->speed.push_back(metric("steps_per_s"));
+    it->memory.push_back(metric("peak_rss_mb"));
   }
-  std::stable_sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) { return a.acc > b.acc; });
+  auto mean = [](const std::vector<double>& xs) { return runner::mean_interval(xs).mean; };
+  std::stable_sort(rows.begin(), rows.end(), [&](const Row& a, const Row& b) { return mean(a.acc) > mean(b.acc); });
   size_t width = 7;
   for (const auto& r : rows) width = std::max(width, r.variant.size());
-  out << fmt::format("\n{:<{}}  {:>8}  {:>8}  {:>12}\n", "variant", width, "val_acc", "steps/s", "peak_rss_mb");
-  for (const auto& r : rows)
-    out << fmt::format("{:<{}}  {:>8.3f}  {:>8.1f}  {:>12.1f}\n", r.variant, width, r.acc, r.speed, r.memory);
+  out << fmt::format("\n{:<{}}  {:>5}  {:>15}  {:>13}  {:>8}  {:>12}\n", "variant", width, "seeds", "val_acc (95%)",
+                     "seed range", "steps/s", "peak_rss_mb");
+  for (const auto& r : rows) {
+    const runner::Interval acc = runner::mean_interval(r.acc);
+    const auto [lo, hi] = std::minmax_element(r.acc.begin(), r.acc.end());
+    out << fmt::format("{:<{}}  {:>5}  {:>7.3f} ± {:<5.3f}  {:>5.3f} - {:<5.3f}  {:>8.1f}  {:>12.1f}\n", r.variant, width,
+                       acc.n, acc.mean, acc.n > 1 ? acc.half_width() : 0.0, *lo, *hi, mean(r.speed), mean(r.memory));
+  }
   for (const auto& v : failed) out << fmt::format("{:<{}}  failed (see its runs/NNNN/stdout.txt)\n", v, width);
+  out << fmt::format("\nval_acc: mean over seeds ± half-width of its 95% interval (Student t); variants whose intervals "
+                     "overlap are tied.\nBLAS: {}\n", blas_config());
 }
 
 // The two-layer MLP of the first demo: y = sin(3 x0) + 0.5 x1^2 - x0 x1 on 512 random points in
@@ -159,9 +183,10 @@ void demo_usage(std::ostream& out) {
   out << "usage: attnlab demo [--out DIR] [--steps N] [--workers N]\n"
          "       attnlab demo --mlp\n\n"
          "The attention shoot-out: six attention variants (mha, talking_heads, local, linear, performer,\n"
-         "synthesizer) trained by the `classify` experiment on associative recall, two at a time\n"
-         "(about a minute and a half on two idle cores). Prints val_acc, steps/s and peak memory per variant\n"
-         "and writes DIR/report.md with plots (bubble chart: plots/bubble.svg).\n\n"
+         "synthesizer) trained by the `classify` experiment on associative recall over three seeds, two\n"
+         "runs at a time (about five minutes on two idle cores). Prints per variant the mean val_acc with\n"
+         "its 95% interval and the seeds' range, steps/s and peak memory, and writes DIR/report.md with\n"
+         "plots (bubble chart: plots/bubble.svg).\n\n"
          "  --out DIR     the sweep directory (default: demo); re-running skips complete runs and\n"
          "                resumes interrupted ones\n"
          "  --steps N     training steps per variant (default 5000); another N needs another --out\n"
@@ -203,8 +228,8 @@ int run_demo(const std::vector<std::string>& args, std::ostream& out, std::ostre
     options.sweep_file = file.string();
     options.dir = dir;
     if (a.get("--workers")) options.workers = int(parse_int_option("--workers", *a.get("--workers"), 1, 1024));
-    out << fmt::format("attnlab demo: six attention variants on associative recall, {} steps each, into {}\n", steps,
-                       dir.string());
+    out << fmt::format("attnlab demo: six attention variants on associative recall, three seeds, {} steps each, into "
+                       "{}\n", steps, dir.string());
     const int status = runner::run_sweep(options, out);
     if (status == 3) {
       out << "stopped: run the same command again to continue\n";

@@ -1,5 +1,5 @@
-// `attnlab sweep` and `attnlab report` (docs/sweeps.md): the command-line face of
-// experiments/runner/sweep.hpp and report.hpp.
+// `attnlab sweep`, `attnlab report` and `attnlab claims` (docs/sweeps.md): the command-line face of
+// experiments/runner/sweep.hpp, report.hpp and claims.hpp.
 #include "experiments/cli/sweep_commands.hpp"
 
 #include <CLI/CLI.hpp>
@@ -7,6 +7,7 @@
 #include <iostream>
 #include <memory>
 
+#include "experiments/runner/claims.hpp"
 #include "experiments/runner/report.hpp"
 #include "experiments/runner/sweep.hpp"
 
@@ -83,12 +84,26 @@ void add_sweep_commands(CLI::App& app, int& status) {
   CLI::App* report = app.add_subcommand(
       "report",
       "Merge a sweep directory's shard databases and run directories into DIR/results.sqlite, and write "
-      "DIR/results.csv, DIR/report.md (final metrics, mean ± std over seeds) and SVG plots in DIR/plots/.");
+      "DIR/results.csv, DIR/report.md (final metrics, mean and 95% interval over seeds, paired differences against "
+      "report.baseline, a verdict per [[report.expect]]) and SVG plots in DIR/plots/.");
   report->add_option("DIR", *dir, "the sweep directory (holding sweep.toml)")->required()->check(CLI::ExistingDirectory);
   report->callback([dir, &status] {
     runner::write_report(*dir, std::cout);
     status = 0;
   });
+
+  struct ClaimsArgs {
+    std::string root = ".";
+    bool write = false;
+  };
+  auto c = std::make_shared<ClaimsArgs>();
+  CLI::App* claims = app.add_subcommand(
+      "claims",
+      "Check that docs/results/claims.md and the README's claims block are the table of docs/results/claims.csv "
+      "(exit 1 when not); --write rewrites them.");
+  claims->add_option("--root", c->root, "the repository root (default: .)")->check(CLI::ExistingDirectory);
+  claims->add_flag("--write", c->write, "write claims.md and the README block instead of checking them");
+  claims->callback([c, &status] { status = runner::sync_claims(c->root, !c->write, std::cout) ? 0 : 1; });
 }
 
 }  // namespace attnlab::cli

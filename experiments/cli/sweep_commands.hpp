@@ -3,6 +3,7 @@
 //   attnlab sweep SWEEP.toml --dry-run
 //   attnlab sweep SWEEP.toml --emit-slurm [--shards N] [--cpus-per-task C] [--out DIR]
 //   attnlab report DIR
+//   attnlab claims [--root DIR] [--write]
 #pragma once
 
 namespace CLI {
@@ -11,7 +12,7 @@ class App;
 
 namespace attnlab::cli {
 
-// Adds both subcommands to `app`; when one of them runs (during app.parse), `status` receives its
+// Adds the three subcommands to `app`; when one of them runs (during app.parse), `status` receives its
 // exit status: 0 success, 1 a run failed, 3 the sweep was stopped by a signal (resumable).
 // Errors in the sweep file or directory are thrown as attnlab errors.
 void add_sweep_commands(CLI::App& app, int& status);

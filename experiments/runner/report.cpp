@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "experiments/plot/svg.hpp"
+#include "experiments/runner/stats.hpp"
 #include "experiments/runner/store.hpp"
 #include "experiments/runner/sweep.hpp"
 #include "tensor/io.hpp"
@@ -30,45 +31,56 @@ struct Run {
   std::map<std::string, double> metrics;
 };
 
+// Over a group's seeds: the mean and its 95% interval (experiments/runner/stats.hpp).
+Interval stat(const std::vector<double>& xs) { return mean_interval(xs); }
+
+bool integral(double x) { return std::isfinite(x) && std::abs(x) < 1e15 && x == std::round(x); }
+
+std::string text_of(const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
+
+// "3.812 ± 0.011" (mean ± half-width of its 95% interval); counts that agree over seeds print as
+// integers ("33280"), a single run as its value.
+std::string cell(const Interval& s) {
+  if (s.n == 0) return "-";
+  const bool exact = s.n == 1 || s.sd == 0;
+  if (exact && integral(s.mean)) return fmt::format("{:.0f}", s.mean);
+  if (s.n == 1) return fmt::format("{:.4g}", s.mean);
+  const double h = s.half_width();
+  // Two significant digits of the half-width, never in exponent form for widths of 10 or more.
+  return h >= 10 ? fmt::format("{:.4g} ± {:.0f}", s.mean, h) : fmt::format("{:.4g} ± {:.2g}", s.mean, h);
+}
+
+// A TOML scalar as the JSON a run's point holds; numbers compare by value (16 == 16.0).
+bool same_value(const json& point_value, const Value& v) {
+  return std::visit(
+      [&](const auto& x) {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, std::string>) return point_value.is_string() && point_value.get<std::string>() == x;
+        else if constexpr (std::is_same_v<T, bool>) return point_value.is_boolean() && point_value.get<bool>() == x;
+        else return point_value.is_number() && point_value.get<double>() == double(x);
+      },
+      v);
+}
+
+std::string selector_text(const ReportSpec::Selector& sel) {
+  std::string out;
+  for (const auto& [k, v] : sel) out += (out.empty() ? "" : ", ") + k + "=" + to_toml_value(v);
+  return out;
+}
+
 // The runs that share every axis value but the seed.
 struct Group {
   std::string label;                // "model.attention=mha(heads=4), train.lr=0.001"
   std::vector<std::string> values;  // one per non-seed axis, as text
   ordered_json point;               // the non-seed axis values
   std::vector<const Run*> runs;
-};
 
-struct Stat {
-  double mean = kNaN, std = kNaN;
-  size_t n = 0;
-};
-
-Stat stat(const std::vector<double>& xs) {
-  Stat s;
-  double sum = 0;
-  for (double x : xs)
-    if (std::isfinite(x)) sum += x, ++s.n;
-  if (s.n == 0) return s;
-  s.mean = sum / double(s.n);
-  if (s.n > 1) {
-    double ss = 0;
-    for (double x : xs)
-      if (std::isfinite(x)) ss += (x - s.mean) * (x - s.mean);
-    s.std = std::sqrt(ss / double(s.n - 1));  // sample standard deviation
-    // Equal values whose mean is inexact leave a rounding residue; it would print as "± 1e-16".
-    if (s.std <= 1e-12 * std::max(1.0, std::abs(s.mean))) s.std = 0;
+  bool matches(const ReportSpec::Selector& sel) const {
+    for (const auto& [k, v] : sel)
+      if (!point.contains(k) || !same_value(point[k], v)) return false;
+    return true;
   }
-  return s;
-}
-
-std::string text_of(const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
-
-std::string cell(const Stat& s) {
-  if (s.n == 0) return "-";
-  if (s.n == 1) return fmt::format("{:.4g}", s.mean);
-  // Two significant digits of the spread, never in exponent form for spreads of 10 or more.
-  return s.std >= 10 ? fmt::format("{:.4g} ± {:.0f}", s.mean, s.std) : fmt::format("{:.4g} ± {:.2g}", s.mean, s.std);
-}
+};
 
 // A metric, else a numeric axis value, else a numeric config value, else NaN.
 double lookup(const Run& r, const std::string& name) {
@@ -112,6 +124,110 @@ void gather(const fs::path& dir, Store& store, std::ostream& out) {
     }
   store.put(missing);
   if (!missing.empty()) out << fmt::format("added {} complete run(s) missing from the database\n", missing.size());
+}
+
+// The one group a selector names; ValueError naming `what` when it names none or several.
+const Group& select(const std::vector<Group>& groups, const ReportSpec::Selector& sel, const std::string& what) {
+  const Group* found = nullptr;
+  std::vector<std::string> labels;
+  for (const Group& g : groups) {
+    labels.push_back(g.label);
+    if (!g.matches(sel)) continue;
+    if (found)
+      fail<ValueError>("{} = {{{}}} names more than one configuration ('{}' and '{}'); add axis values", what,
+                       selector_text(sel), found->label, g.label);
+    found = &g;
+  }
+  if (!found)
+    fail<ValueError>("{} = {{{}}} names no configuration with complete runs (configurations: {})", what,
+                     selector_text(sel), fmt::join(labels, "; "));
+  return *found;
+}
+
+// A run's metric, or metric - minus when minus names a second metric of the same run.
+double judged(const Run& r, const std::string& metric, const std::string& minus) {
+  return minus.empty() ? lookup(r, metric) : lookup(r, metric) - lookup(r, minus);
+}
+
+// A metric of a and b on the seeds both ran, in seed order.
+std::pair<std::vector<double>, std::vector<double>> paired_values(const Group& a, const Group& b, const std::string& metric,
+                                                                  const std::string& minus = "") {
+  std::map<int64_t, double> of_b;
+  for (const Run* r : b.runs) of_b[r->point.value("seed", int64_t(0))] = judged(*r, metric, minus);
+  std::vector<double> xs, ys;
+  for (const Run* r : a.runs)
+    if (auto it = of_b.find(r->point.value("seed", int64_t(0))); it != of_b.end())
+      xs.push_back(judged(*r, metric, minus)), ys.push_back(it->second);
+  return {xs, ys};
+}
+
+std::string interval_text(const Interval& in) {
+  if (in.n < 2) return in.n == 1 ? fmt::format("{:.4g} (one pair)", in.mean) : "-";
+  return fmt::format("{:+.4g} [{:+.4g}, {:+.4g}]", in.mean, in.low, in.high);
+}
+
+// The paired differences against report.baseline and the verdict of each [[report.expect]], as
+// report.md sections; the verdicts also go to expectations.csv.
+std::string comparisons(const SweepSpec& spec, const std::vector<Group>& groups, const std::vector<size_t>& order,
+                        const std::string& headline, const fs::path& dir) {
+  std::string md;
+  if (!spec.report.baseline.empty() && !groups.empty()) {
+    const Group& base = select(groups, spec.report.baseline, "report.baseline");
+    md += fmt::format("## Paired differences against `{}`\n\n", base.label);
+    md += fmt::format("`{}` of each configuration minus the baseline's, seed by seed; mean and 95% interval (Student t) "
+                      "over the seeds both ran. An interval that excludes 0 is a difference the seeds resolve.\n\n",
+                      headline);
+    md += "| configuration | pairs | difference [95% interval] |\n|---|---:|---|\n";
+    for (size_t gi : order) {
+      const Group& g = groups[gi];
+      if (&g == &base) continue;
+      const auto [xs, ys] = paired_values(g, base, headline);
+      const Interval d = paired_interval(xs, ys);
+      md += fmt::format("| `{}` | {} | {} |\n", g.label, d.n, interval_text(d));
+    }
+    md += "\n";
+  }
+  if (spec.report.expect.empty()) return md;
+  md += "## Expectations\n\nDeclared in the sweep file before the runs; judged on 95% intervals (Student t over seeds; "
+        "paired by seed where two configurations are compared). holds: the whole interval is on the expected side; "
+        "contradicted: the whole interval is on the other side; inconclusive: the interval reaches both.\n\n";
+  md += "| expectation | metric | relation | observed [95% interval] | pairs | verdict |\n|---|---|---|---|---:|---|\n";
+  std::string csv = "name,metric,relation,a,b,observed,ci_low,ci_high,n,verdict\n";
+  auto quoted = [](const std::string& t) {
+    std::string q = "\"";
+    for (char c : t) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+    return q + "\"";
+  };
+  for (const auto& e : spec.report.expect) {
+    const std::string metric = (e.metric.empty() ? headline : e.metric) + (e.minus.empty() ? "" : " - " + e.minus);
+    const std::string& base_metric = e.metric.empty() ? headline : e.metric;
+    const std::string what = fmt::format("report.expect '{}'", e.name);
+    const Group& a = select(groups, e.a, what + " a");
+    Interval in;
+    std::string relation = relation_name(e.relation);
+    if (e.b.empty()) {
+      std::vector<double> xs;
+      for (const Run* r : a.runs) xs.push_back(judged(*r, base_metric, e.minus));
+      in = mean_interval(xs);
+      relation += fmt::format(" {:.4g}", e.value);
+    } else {
+      const Group& b = select(groups, e.b, what + " b");
+      const auto [xs, ys] = paired_values(a, b, base_metric, e.minus);
+      in = paired_interval(xs, ys);
+      relation = fmt::format("`{}` {} `{}`", a.label, relation, b.label);
+      if (e.relation == Relation::Equal) relation += fmt::format(" (±{:.4g})", e.margin);
+    }
+    const Verdict v = judge(e.relation, in, spec.report.ascending, e.margin, e.value);
+    const std::string observed = e.b.empty() && in.n >= 2
+                                     ? fmt::format("{:.4g} [{:.4g}, {:.4g}]", in.mean, in.low, in.high)
+                                     : interval_text(in);
+    md += fmt::format("| {} | `{}` | {} | {} | {} | **{}** ({}) |\n", e.name, metric,
+                      e.b.empty() ? fmt::format("`{}` {}", a.label, relation) : relation, observed, in.n, v.word, v.why);
+    csv += fmt::format("{},{},{},{},{},{},{},{},{},{}\n", quoted(e.name), quoted(metric), relation_name(e.relation),
+                       quoted(selector_text(e.a)), quoted(selector_text(e.b)), in.mean, in.low, in.high, in.n, v.word);
+  }
+  write_text_atomic((dir / "expectations.csv").string(), csv);
+  return md + "\n";
 }
 
 }  // namespace
@@ -206,8 +322,9 @@ fs::path write_report(const fs::path& dir, std::ostream& out) {
         "and, with the training curves, in `results.sqlite`.\n\n";
 
   md += "## Final metrics\n\n";
-  md += fmt::format("Mean ± sample standard deviation over seeds (n runs), sorted by `{}` ({} is better).\n\n", headline,
-                    spec.report.ascending ? "lower" : "higher");
+  md += fmt::format("Mean ± half-width of its 95% interval over seeds (Student t, n runs), sorted by `{}` ({} is "
+                    "better).\n\n",
+                    headline, spec.report.ascending ? "lower" : "higher");
   std::string head = "|", rule = "|";
   for (const auto& k : group_axes) head += fmt::format(" {} |", k), rule += "---|";
   head += " n |", rule += "---:|";
@@ -222,6 +339,7 @@ fs::path write_report(const fs::path& dir, std::ostream& out) {
     md += line + "\n";
   }
   md += "\n";
+  md += comparisons(spec, groups, order, headline, dir);
 
   fs::create_directories(dir / "plots");
   // Training curves: each group's mean over its seeds at every step any of them logged.

@@ -4,6 +4,7 @@
 #include "experiments/runner/sweep.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -77,6 +78,74 @@ std::string string_at(const toml::node& n, const std::string& path, const std::s
   fail<SweepError>("{}:{}: '{}' must be a string", path, line_of(n), name);
 }
 
+ReportSpec::Selector read_selector(const toml::node& n, const std::string& path, const std::string& name) {
+  ReportSpec::Selector sel;
+  for (auto& [key, node] : leaves(table_at(n, path, name)))
+    sel.emplace_back(key, to_value(*node, path, name + "." + key));
+  return sel;
+}
+
+double number_at(const toml::node& n, const std::string& path, const std::string& name) {
+  if (auto v = n.as_floating_point(); v && std::isfinite(v->get())) return v->get();
+  if (auto v = n.as_integer()) return double(v->get());
+  fail<SweepError>("{}:{}: '{}' must be a finite number", path, line_of(n), name);
+}
+
+ReportSpec::Expectation read_expectation(const toml::node& n, const std::string& path, size_t index) {
+  const std::string where = fmt::format("report.expect[{}]", index);
+  ReportSpec::Expectation e;
+  e.line = line_of(n);
+  bool has_relation = false, has_margin = false, has_value = false;
+  for (auto&& [k, v] : table_at(n, path, where)) {
+    const std::string key(k.str());
+    if (key == "name") {
+      e.name = string_at(v, path, where + ".name");
+    } else if (key == "metric") {
+      e.metric = string_at(v, path, where + ".metric");
+    } else if (key == "minus") {
+      e.minus = string_at(v, path, where + ".minus");
+    } else if (key == "a") {
+      e.a = read_selector(v, path, where + ".a");
+    } else if (key == "b") {
+      e.b = read_selector(v, path, where + ".b");
+    } else if (key == "relation") {
+      try {
+        e.relation = relation_from(string_at(v, path, where + ".relation"));
+      } catch (const ValueError& err) {
+        fail<SweepError>("{}:{}: {}.{}", path, line_of(v), where, err.what());
+      }
+      has_relation = true;
+    } else if (key == "margin") {
+      e.margin = number_at(v, path, where + ".margin");
+      if (e.margin < 0) fail<SweepError>("{}:{}: {}.margin must be >= 0, got {}", path, line_of(v), where, e.margin);
+      has_margin = true;
+    } else if (key == "value") {
+      e.value = number_at(v, path, where + ".value");
+      has_value = true;
+    } else {
+      fail<SweepError>("{}:{}: unknown key '{}.{}' (known: name, metric, minus, a, b, relation, margin, value)", path,
+                       line_of(v), where, key);
+    }
+  }
+  if (e.name.empty()) fail<SweepError>("{}:{}: {} needs a name (the claim in words)", path, e.line, where);
+  if (!has_relation) fail<SweepError>("{}:{}: {} '{}' needs a relation (better, equal, below or above)", path, e.line, where, e.name);
+  // An empty or missing `a` names the sweep's only configuration (an error at report time when there are several).
+  const bool pair = e.relation == Relation::Better || e.relation == Relation::Equal;
+  if (pair && e.b.empty())
+    fail<SweepError>("{}:{}: {} '{}': relation '{}' compares two configurations and needs b = {{ ... }}", path, e.line,
+                     where, e.name, relation_name(e.relation));
+  if (!pair && !e.b.empty())
+    fail<SweepError>("{}:{}: {} '{}': relation '{}' compares a with a value and takes no b", path, e.line, where, e.name,
+                     relation_name(e.relation));
+  if (!pair && !has_value)
+    fail<SweepError>("{}:{}: {} '{}': relation '{}' needs value = NUMBER", path, e.line, where, e.name,
+                     relation_name(e.relation));
+  if (e.relation == Relation::Equal && !has_margin)
+    fail<SweepError>("{}:{}: {} '{}': relation 'equal' needs margin = NUMBER (the largest difference counted as equal)",
+                     path, e.line, where, e.name);
+  return e;
+}
+
 ReportSpec read_report(const toml::table& t, const std::string& path) {
   ReportSpec r;
   for (auto&& [k, v] : t) {
@@ -107,8 +176,15 @@ ReportSpec read_report(const toml::table& t, const std::string& path) {
       }
       if (r.bubble.x.empty() || r.bubble.y.empty() || r.bubble.size.empty())
         fail<SweepError>("{}:{}: report.bubble needs x, y and size", path, line_of(v));
+    } else if (key == "baseline") {
+      r.baseline = read_selector(v, path, "report.baseline");
+    } else if (key == "expect") {
+      const auto* arr = v.as_array();
+      if (!arr) fail<SweepError>("{}:{}: report.expect must be a list of tables ([[report.expect]])", path, line_of(v));
+      for (size_t i = 0; i < arr->size(); ++i) r.expect.push_back(read_expectation((*arr)[i], path, i));
     } else {
-      fail<SweepError>("{}:{}: unknown key 'report.{}' (known: metric, sort, x, curves, bubble)", path, line_of(v), key);
+      fail<SweepError>("{}:{}: unknown key 'report.{}' (known: metric, sort, x, curves, bubble, baseline, expect)", path,
+                       line_of(v), key);
     }
   }
   return r;
@@ -183,6 +259,19 @@ SweepSpec parse_sweep(const std::string& text, const std::string& path) {
     const auto keys = axis_keys(s);
     if (std::find(keys.begin(), keys.end(), s.report.x) == keys.end())
       fail<SweepError>("{}: report.x = \"{}\" is not a swept key (swept: {})", path, s.report.x, fmt::join(keys, ", "));
+  }
+  // Selectors name configurations, so their keys must be swept (not the seed: pairs run over it).
+  auto check_selector = [&](const ReportSpec::Selector& sel, const std::string& what) {
+    const auto keys = axis_keys(s);
+    for (const auto& [key, value] : sel)
+      if (key == "seed" || std::find(keys.begin(), keys.end(), key) == keys.end())
+        fail<SweepError>("{}: {} names '{}', which is not a swept key (swept: {})", path, what, key,
+                         fmt::join(std::vector<std::string>(keys.begin(), keys.end() - 1), ", "));
+  };
+  check_selector(s.report.baseline, "report.baseline");
+  for (const auto& e : s.report.expect) {
+    check_selector(e.a, fmt::format("report.expect '{}' a", e.name));
+    check_selector(e.b, fmt::format("report.expect '{}' b", e.name));
   }
   return s;
 }

@@ -15,6 +15,14 @@
 //   "model.key_size" = [32, 16, 8]
 //   [report]                         # read by `attnlab report` (experiments/runner/report.hpp)
 //   metric = "val_acc"
+//   baseline = { "model.attention" = "mha(heads=4)" }   # optional: paired differences against it
+//   [[report.expect]]                # optional, repeated: an outcome declared before the run
+//   name = "local matches mha"
+//   a = { "model.attention" = "local(window=16)" }
+//   b = { "model.attention" = "mha(heads=4)" }
+//   relation = "equal"               # better | equal (with margin) | below | above (with value, no b)
+//   margin = 0.01
+//   minus = "acc_random"             # optional: judge metric - minus per run (two metrics of a run)
 //
 // Expansion order, which fixes the run numbers: the zip axis outermost, then the grid keys in the
 // order the file lists them (the last one varies fastest), then the seeds innermost, so the seeds
@@ -38,6 +46,7 @@
 #include <vector>
 
 #include "experiments/runner/config.hpp"
+#include "experiments/runner/stats.hpp"
 
 namespace attnlab::runner {
 
@@ -72,6 +81,22 @@ struct ReportSpec {
   };
   bool has_bubble = false;
   Bubble bubble;
+  // A configuration named by some of its axis values: { "model.key_size" = 16 }.
+  using Selector = std::vector<std::pair<std::string, Value>>;
+  Selector baseline;  // optional: every other configuration's paired difference against this one
+  // [[report.expect]]: an outcome declared before the runs, judged by `attnlab report`
+  // (experiments/runner/stats.hpp has the relations and verdicts).
+  struct Expectation {
+    std::string name;    // what is claimed, in words
+    std::string metric;  // default: `metric` above
+    std::string minus;   // optional: judge metric - minus of each run (two metrics of one run)
+    Selector a, b;       // b: only for better / equal; an empty a: the sweep's only configuration
+    Relation relation = Relation::Better;
+    double margin = 0;   // equal: |a - b| <= margin
+    double value = 0;    // below / above: the threshold
+    int line = 0;
+  };
+  std::vector<Expectation> expect;
 };
 
 struct SweepSpec {

@@ -1,4 +1,5 @@
-// experiments/runner/report: the Markdown table (mean ± std over seeds) and the SVG plots of a
+// experiments/runner/report: the Markdown table (mean ± 95% half-width over seeds), paired differences,
+// declared expectations and their verdicts, and the SVG plots of a
 // sweep directory, from run directories written here by hand.
 #include <unistd.h>
 
@@ -74,11 +75,12 @@ bubble = { x = "steps_per_s", y = "val_acc", size = "peak_rss_mb", label = "mode
   const std::string md = read(report);
   CHECK(md.find("12 runs planned, 11 complete") != std::string::npos);
   CHECK(md.find("| model.attention | model.heads | n | val_acc |") != std::string::npos);
-  // Sorted by val_acc, highest first; sample std (n - 1).
+  // Sorted by val_acc, highest first; half-width t_{0.975, n-1} * sd / sqrt(n): 4.303 * 0.1 / sqrt(3)
+  // and 12.706 * 0.0707 / sqrt(2).
   const size_t best = md.find("| `local(window=4)` | `4` | 3 | 0.8 ± 0 |");
-  const size_t second = md.find("| `mha` | `2` | 3 | 0.6 ± 0.1 |");
+  const size_t second = md.find("| `mha` | `2` | 3 | 0.6 ± 0.25 |");
   const size_t third = md.find("| `mha` | `4` | 3 | 0.55 ± 0 |");
-  const size_t last = md.find("| `local(window=4)` | `2` | 2 | 0.25 ± 0.071 |");
+  const size_t last = md.find("| `local(window=4)` | `2` | 2 | 0.25 ± 0.64 |");
   CHECK(best != std::string::npos);
   CHECK(second != std::string::npos);
   CHECK(third != std::string::npos);
@@ -114,6 +116,80 @@ TEST_CASE("report: a directory without sweep.toml, and an unknown headline metri
   write_text_atomic((dir / "sweep.toml").string(), "experiment = \"x\"\n[report]\nmetric = \"bleu\"\n");
   fake_run(dir, 0, "mha", 2, 0, 0.5);
   CHECK_THROWS_WITH_AS(write_report(dir, log), doctest::Contains("report.metric 'bleu' is not a metric of any run"),
+                       ValueError);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("report: paired differences against the baseline and a verdict per declared expectation") {
+  const fs::path dir = fs::temp_directory_path() / fmt::format("attnlab_report_expect_{}", getpid());
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  write_text_atomic((dir / "sweep.toml").string(), R"x(experiment = "x"
+seeds = [0, 1, 2]
+[grid]
+"model.attention" = ["mha", "local(window=4)"]
+"model.heads" = [2, 4]
+[report]
+metric = "val_acc"
+baseline = { "model.attention" = "mha", "model.heads" = 2 }
+[[report.expect]]
+name = "local/4 beats mha/2"
+a = { "model.attention" = "local(window=4)", "model.heads" = 4 }
+b = { "model.attention" = "mha", "model.heads" = 2 }
+relation = "better"
+[[report.expect]]
+name = "mha/2 beats local/4"
+a = { "model.attention" = "mha", "model.heads" = 2 }
+b = { "model.attention" = "local(window=4)", "model.heads" = 4 }
+relation = "better"
+[[report.expect]]
+name = "mha/4 equals mha/2"
+a = { "model.attention" = "mha", "model.heads" = 4 }
+b = { "model.attention" = "mha", "model.heads" = 2 }
+relation = "equal"
+margin = 0.01
+[[report.expect]]
+name = "local/4 above 0.75"
+a = { "model.attention" = "local(window=4)", "model.heads" = 4 }
+relation = "above"
+value = 0.75
+)x");
+  // Per seed: mha/2 0.5, 0.6, 0.7; mha/4 0.55, 0.65, 0.75 (+0.05 on every seed: the pairs resolve it
+  // although the two configurations' own intervals overlap); local/2 0.1 x3; local/4 0.8, 0.9, 0.85.
+  const double acc[4][3] = {{0.5, 0.6, 0.7}, {0.55, 0.65, 0.75}, {0.1, 0.1, 0.1}, {0.8, 0.9, 0.85}};
+  int id = 0;
+  for (int a = 0; a < 2; ++a)
+    for (int h = 0; h < 2; ++h)
+      for (int s = 0; s < 3; ++s, ++id) fake_run(dir, id, a == 0 ? "mha" : "local(window=4)", 2 << h, s, acc[a * 2 + h][s]);
+  std::ostringstream log;
+  const std::string md = read(write_report(dir, log));
+  CHECK(md.find("## Paired differences against `model.attention=mha, model.heads=2`") != std::string::npos);
+  // mha/4 - mha/2 = +0.05 on each seed: sd 0, so the interval is the point.
+  CHECK(md.find("| `model.attention=mha, model.heads=4` | 3 | +0.05 [+0.05, +0.05] |") != std::string::npos);
+  CHECK(md.find("| local/4 beats mha/2 | `val_acc` |") != std::string::npos);
+  CHECK(md.find("**holds** (the interval [0.0348") != std::string::npos);  // 0.3, 0.3, 0.15: 0.25 ± 0.215
+  CHECK(md.find("**contradicted** (the interval [-0.") != std::string::npos);   // the reverse claim
+  CHECK(md.find("**contradicted** (the interval [0.05, 0.05] is outside ±0.01)") != std::string::npos);
+  CHECK(md.find("**holds** (the interval [0.7258, 0.9742] is above 0.75)") == std::string::npos);  // crosses 0.75
+  CHECK(md.find("**inconclusive** (the interval [0.7258, 0.9742] contains 0.75)") != std::string::npos);
+  const std::string csv = read(dir / "expectations.csv");
+  CHECK(csv.rfind("name,metric,relation,a,b,observed,ci_low,ci_high,n,verdict\n", 0) == 0);
+  CHECK(std::count(csv.begin(), csv.end(), '\n') == 5);
+  CHECK(csv.find(",holds\n") != std::string::npos);
+
+  // A selector that names no configuration is an error naming the expectation.
+  write_text_atomic((dir / "sweep.toml").string(), R"x(experiment = "x"
+seeds = [0, 1, 2]
+[grid]
+"model.attention" = ["mha", "local(window=4)"]
+"model.heads" = [2, 4]
+[[report.expect]]
+name = "eight heads"
+a = { "model.heads" = 8 }
+relation = "above"
+value = 0.5
+)x");
+  CHECK_THROWS_WITH_AS(write_report(dir, log), doctest::Contains("report.expect 'eight heads' a = {model.heads=8} names no"),
                        ValueError);
   fs::remove_all(dir);
 }
