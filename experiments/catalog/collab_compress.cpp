@@ -8,13 +8,18 @@
 //      so the untrained spectrum is the baseline the trained one is read against);
 //  (b) for each shared key size Dk~ in collab.shared_key_sizes, every attention layer converted
 //      by nn::to_collaborative (a CP decomposition), test accuracy before and after a short
-//      fine-tuning of the whole converted model.
+//      fine-tuning of the whole converted model;
+//  (c) the control for (b)'s fine-tuning: a copy of the trained mha model fine-tuned the same
+//      way (steps, lr, loader seed, so the same batches in the same order). Fine-tuning alone
+//      moves accuracy, so "conversion + fine-tuning recovers accuracy" is read against
+//      acc_mha_ft, and delta_dk<k>_ft = acc_dk<k>_ft - acc_mha_ft is the paired effect.
 // Metrics: the Trainer's curves; summary: val_acc, test_acc, rank90_*/rank95_* (mean over
-// layers; q, k, qk = products), init_rank90_*, acc_dk<k>, acc_dk<k>_ft, cp_error_dk<k>.
+// layers; q, k, qk = products), init_rank90_*, acc_mha_ft (= test_acc with no fine-tuning
+// steps), acc_dk<k>, acc_dk<k>_ft, delta_dk<k>_ft, cp_error_dk<k>.
 // Artifacts: spectrum.svg, spectrum.csv, accuracy_vs_dk.svg.
 //
-// Stopped during (b), the run resumes from the Trainer's final checkpoint and redoes (b), which
-// is deterministic (its loaders and the CP fits are seeded from `seed`).
+// Stopped during (b) or (c), the run resumes from the Trainer's final checkpoint and redoes them,
+// which is deterministic (their loaders and the CP fits are seeded from `seed`).
 #include <fstream>
 #include <sstream>
 
@@ -39,7 +44,8 @@ Schema collab_schema() {
   add_train_keys(s, {.steps = 500, .batch_size = 32, .lr = 3e-3, .warmup = 30, .eval_every = 100});
   s.add("collab.shared_key_sizes", "2,4,8,16,32,64",
         "comma-separated shared key sizes Dk~ to convert to (each between 1 and the model's h*dk)");
-  s.add("collab.finetune_steps", int64_t(50), "AdamW steps of the converted model (0 = no fine-tuning)");
+  s.add("collab.finetune_steps", int64_t(50),
+        "AdamW steps of each converted model and of the mha control (0 = no fine-tuning)");
   s.add("collab.finetune_lr", 1e-3, "learning rate of the fine-tuning (constant)");
   s.add("collab.cp_iterations", int64_t(300), "maximum ALS sweeps of each CP decomposition");
   return s;
@@ -227,31 +233,44 @@ void run_collab(const Config& config, RunContext& ctx) {
            mean_rank(trained.q, 0.9), mean_rank(trained.k, 0.9), mean_rank(trained.qk, 0.9), trained.qk.front().size(),
            mean_rank(init.qk, 0.9));
 
-  plot::Series before{"converted", {}, {}}, after{"converted + fine-tuned", {}, {}}, base{"mha (trained)", {}, {}};
+  // Every fine-tuning, the control's and each Dk~'s, reads the same batches in the same order.
   const uint64_t seed = uint64_t(config.get_int("seed"));
+  const uint64_t finetune_seed = seed + 1000;
+  auto control = copy_classifier(*model);
+  if (!finetune(*control, task, config, ctx, finetune_seed)) return;  // stopped: redone on resume
+  const double acc_mha_ft = evaluate_classifier(*control, task, task.test).accuracy;
+  ctx.summary("acc_mha_ft", acc_mha_ft);
+  ctx.logf("collab_compress: mha fine-tuned {} steps: test acc {:.4f} (before {:.4f})",
+           config.get_int("collab.finetune_steps"), acc_mha_ft, test_acc);
+
+  plot::Series before{"converted", {}, {}}, after{"converted + fine-tuned", {}, {}}, base{"mha (trained)", {}, {}},
+      base_ft{"mha + fine-tuned (control)", {}, {}};
   for (int64_t dk : sizes) {
     double cp_error = 0;
     auto converted = convert(*model, dk, config.get_int("collab.cp_iterations"), seed, cp_error);
     converted->eval();
     const double acc = evaluate_classifier(*converted, task, task.test).accuracy;
-    if (!finetune(*converted, task, config, ctx, seed + 1000 + uint64_t(dk))) return;  // stopped: redone on resume
+    if (!finetune(*converted, task, config, ctx, finetune_seed)) return;  // stopped: redone on resume
     const double acc_ft = evaluate_classifier(*converted, task, task.test).accuracy;
     ctx.summary(fmt::format("acc_dk{}", dk), acc);
     ctx.summary(fmt::format("acc_dk{}_ft", dk), acc_ft);
+    ctx.summary(fmt::format("delta_dk{}_ft", dk), acc_ft - acc_mha_ft);
     ctx.summary(fmt::format("cp_error_dk{}", dk), cp_error);
-    ctx.logf("collab_compress: Dk~ = {}: CP error {:.4f}, test acc {:.4f}, fine-tuned {:.4f} (mha {:.4f})", dk,
-             cp_error, acc, acc_ft, test_acc);
-    for (plot::Series* s : {&before, &after, &base}) s->x.push_back(double(dk));
+    ctx.logf("collab_compress: Dk~ = {}: CP error {:.4f}, test acc {:.4f}, fine-tuned {:.4f} (mha {:.4f}, "
+             "fine-tuned {:.4f})",
+             dk, cp_error, acc, acc_ft, test_acc, acc_mha_ft);
+    for (plot::Series* s : {&before, &after, &base, &base_ft}) s->x.push_back(double(dk));
     before.y.push_back(acc);
     after.y.push_back(acc_ft);
     base.y.push_back(test_acc);
+    base_ft.y.push_back(acc_mha_ft);
   }
   plot::LineChart chart;
   chart.title = fmt::format("Test accuracy after to_collaborative (h*dk = {})", full);
   chart.x_label = "shared key size Dk~";
   chart.y_label = "test accuracy";
   chart.log_x = true;
-  chart.series = {before, after, base};
+  chart.series = {before, after, base, base_ft};
   plot::save_svg(ctx.artifact_path("accuracy_vs_dk.svg").string(), chart);
 }
 

@@ -92,6 +92,13 @@ std::shared_ptr<nn::EncoderClassifier> build_classifier(const Config& c, const T
   return std::make_shared<nn::EncoderClassifier>(e);
 }
 
+std::shared_ptr<nn::EncoderClassifier> copy_classifier(const nn::EncoderClassifier& model) {
+  auto out = std::make_shared<nn::EncoderClassifier>(model.config);
+  out->load_state_dict(model.state_dict());
+  out->eval();
+  return out;
+}
+
 std::shared_ptr<nn::CausalLM> build_lm(const Config& c, const TaskData& t) {
   if (!t.language_model) fail<ConfigError>("model: task '{}' is not a language-modelling task (fortunes)", t.name);
   nn::LMConfig l;

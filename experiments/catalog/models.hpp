@@ -37,6 +37,9 @@ std::string attention_spec(const runner::Config& config);
 // An encoder classifier for a classification task (token or feature inputs, one label per
 // example). ConfigError for a language-modelling or per-position task.
 std::shared_ptr<nn::EncoderClassifier> build_classifier(const runner::Config& config, const runner::TaskData& task);
+// An independent copy of a classifier (same config, weights copied, eval mode): masking its
+// heads or training it leaves `model` unchanged.
+std::shared_ptr<nn::EncoderClassifier> copy_classifier(const nn::EncoderClassifier& model);
 // A causal LM for a language-modelling task (context = task.seq_len).
 std::shared_ptr<nn::CausalLM> build_lm(const runner::Config& config, const runner::TaskData& task);
 // Whichever of the two fits the task.

@@ -1,17 +1,12 @@
 // The `collab_compress` experiment (experiments/catalog/collab_compress.cpp) on a tiny recall
 // model, and the spectrum helpers it uses (experiments/analysis/spectrum.hpp).
-#include <unistd.h>
-
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <sstream>
 
-#include <nlohmann/json.hpp>
-
 #include "experiments/analysis/spectrum.hpp"
-#include "experiments/runner/experiment.hpp"
 #include "helpers.hpp"
+#include "runner/catalog_run.hpp"
 
 using namespace attnlab;
 using namespace attnlab::analysis;
@@ -20,31 +15,15 @@ namespace fs = std::filesystem;
 
 namespace {
 
-fs::path fresh(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / fmt::format("attnlab_test_collab_{}_{}", name, long(getpid()));
-  fs::remove_all(d);
-  return d;
-}
+fs::path fresh(const std::string& name) { return fresh_run_dir("collab", name); }
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-int run(const fs::path& dir, std::vector<std::string> sets, std::string* console_out = nullptr) {
-  std::vector<std::string> all = {"task.name=recall",      "task.num_pairs=3",     "task.num_keys=6",
-                                  "task.num_values=6",     "task.train_size=200",  "task.val_size=60",
-                                  "task.test_size=60",     "model.d_model=16",     "model.layers=2",
-                                  "model.ffn_hidden=32",   "model.attention=mha(heads=2)",
-                                  "train.steps=20",        "train.eval_every=10",  "collab.cp_iterations=50"};
-  all.insert(all.end(), sets.begin(), sets.end());
-  std::ostringstream console;
-  runner::RunRequest r{"collab_compress", "", "", all, dir, "test"};
-  const int status = runner::run_experiment(r, console, false);
-  if (console_out) *console_out = console.str();
-  return status;
+int run(const fs::path& dir, const std::vector<std::string>& sets, std::string* console_out = nullptr) {
+  return run_catalog("collab_compress", dir,
+                     {"task.name=recall", "task.num_pairs=3", "task.num_keys=6", "task.num_values=6",
+                      "task.train_size=200", "task.val_size=60", "task.test_size=60", "model.d_model=16",
+                      "model.layers=2", "model.ffn_hidden=32", "model.attention=mha(heads=2)", "train.steps=20",
+                      "train.eval_every=10", "collab.cp_iterations=50"},
+                     sets, console_out);
 }
 
 }  // namespace
@@ -92,11 +71,20 @@ TEST_CASE("spectrum: concat_qk_products stacks Wq_i^T Wk_i per head") {
 TEST_CASE("collab_compress: exact conversion at Dk~ = h*dk keeps accuracy; spectra are cumulative energies") {
   fs::path dir = fresh("run");
   REQUIRE(run(dir, {"collab.shared_key_sizes=2,16", "collab.finetune_steps=3"}) == 0);
-  auto m = nlohmann::json::parse(slurp(dir / "summary.json"))["metrics"];
+  auto m = summary_metrics(dir);
   CHECK(m["acc_dk16"].get<double>() == m["test_acc"].get<double>());  // h*dk = 16: the concatenate layout
   CHECK(m["cp_error_dk16"].get<double>() == 0.0);
   CHECK(m["cp_error_dk2"].get<double>() > 0.0);
   CHECK(m.contains("acc_dk2_ft"));
+  // The fine-tuning control: the mha model fine-tuned the same way, once per run.
+  REQUIRE(m.contains("acc_mha_ft"));
+  CHECK(m["acc_mha_ft"].get<double>() >= 0.0);
+  CHECK(m["acc_mha_ft"].get<double>() <= 1.0);
+  for (int dk : {2, 16}) {
+    CAPTURE(dk);
+    CHECK(m[fmt::format("delta_dk{}_ft", dk)].get<double>() ==
+          m[fmt::format("acc_dk{}_ft", dk)].get<double>() - m["acc_mha_ft"].get<double>());
+  }
   CHECK(m["rank90_qk"].get<double>() >= 1.0);
   CHECK(m["rank90_qk"].get<double>() <= m["rank95_qk"].get<double>());
   CHECK(fs::exists(dir / "artifacts" / "spectrum.svg"));
@@ -121,6 +109,16 @@ TEST_CASE("collab_compress: exact conversion at Dk~ = h*dk keeps accuracy; spect
     for (size_t r = 1; r < c.size(); ++r) CHECK(c[r] >= c[r - 1]);
     CHECK(c.back() == doctest::Approx(1.0));
   }
+  fs::remove_all(dir);
+}
+
+TEST_CASE("collab_compress: without fine-tuning steps the mha control is the trained model") {
+  fs::path dir = fresh("noft");
+  REQUIRE(run(dir, {"collab.shared_key_sizes=16", "collab.finetune_steps=0"}) == 0);
+  auto m = summary_metrics(dir);
+  CHECK(m["acc_mha_ft"].get<double>() == m["test_acc"].get<double>());
+  CHECK(m["acc_dk16_ft"].get<double>() == m["test_acc"].get<double>());  // exact conversion, not fine-tuned
+  CHECK(m["delta_dk16_ft"].get<double>() == 0.0);
   fs::remove_all(dir);
 }
 
