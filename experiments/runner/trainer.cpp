@@ -1,9 +1,14 @@
-// Trainer (trainer.hpp): the shared training loop and its checkpoint layout.
+// Trainer (trainer.hpp): the shared training loop and its checkpoint layout, the parameter
+// groups of train.groups and the initialisation from another run of train.init_from.
 #include "experiments/runner/trainer.hpp"
 
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+
+#include <fmt/ranges.h>
 
 #include "autograd/grad_mode.hpp"
 #include "autograd/ops.hpp"
@@ -41,7 +46,181 @@ TensorMap strip_prefix(const std::string& prefix, const TensorMap& m) {
 
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
+std::string_view trimmed(std::string_view s) {
+  const size_t b = s.find_first_not_of(" \t\n");
+  if (b == std::string_view::npos) return {};
+  return s.substr(b, s.find_last_not_of(" \t\n") - b + 1);
+}
+
+// The pieces of `s` between `sep`s, trimmed.
+std::vector<std::string_view> split_trimmed(std::string_view s, char sep) {
+  std::vector<std::string_view> out;
+  for (size_t start = 0;;) {
+    const size_t end = s.find(sep, start);
+    out.push_back(trimmed(s.substr(start, end == std::string_view::npos ? end : end - start)));
+    if (end == std::string_view::npos) return out;
+    start = end + 1;
+  }
+}
+
+double group_option_value(std::string_view pattern, std::string_view name, std::string_view text) {
+  double v = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size())
+    fail<ConfigError>("train.groups: '{}': {} = '{}' is not a number", pattern, name, text);
+  if (!std::isfinite(v) || v < 0)
+    fail<ConfigError>("train.groups: '{}': {} must be a finite number >= 0, got {}", pattern, name, text);
+  return v;
+}
+
+// A Hard Concrete gate's tensor: a "gate" module somewhere on the dotted path.
+bool is_gate_tensor(const std::string& name) { return name.starts_with("gate.") || name.find(".gate.") != std::string::npos; }
+
+std::filesystem::path init_checkpoint_file(const std::string& path) {
+  namespace fs = std::filesystem;
+  if (path.empty()) fail<ConfigError>("train.init_from: empty path");
+  const fs::path p(path);
+  if (!fs::exists(p)) fail<ConfigError>("train.init_from: '{}' does not exist", path);
+  if (!fs::is_directory(p)) return p;
+  if (!fs::exists(p / "checkpoint.safetensors"))
+    fail<ConfigError>("train.init_from: '{}' holds no checkpoint (no checkpoint.safetensors; did the run save one?)", path);
+  return p / "checkpoint.safetensors";
+}
+
 }  // namespace
+
+std::vector<GroupSpec> parse_groups(const std::string& text) {
+  std::vector<GroupSpec> specs;
+  if (trimmed(text).empty()) return specs;
+  for (std::string_view entry : split_trimmed(text, ';')) {
+    if (entry.empty()) continue;  // "a: lr=1;" or "a: lr=1;; b: lr=2"
+    const size_t colon = entry.find(':');
+    if (colon == std::string_view::npos)
+      fail<ConfigError>("train.groups: '{}' has no ':' (expected \"PATTERN: lr=X, weight_decay=Y\")", entry);
+    GroupSpec spec{.pattern = std::string(trimmed(entry.substr(0, colon)))};
+    if (spec.pattern.empty()) fail<ConfigError>("train.groups: '{}' has an empty pattern", entry);
+    const std::string_view options = trimmed(entry.substr(colon + 1));
+    if (!options.empty()) {
+      for (std::string_view option : split_trimmed(options, ',')) {
+        const size_t eq = option.find('=');
+        const std::string_view name = trimmed(option.substr(0, eq));
+        if (eq == std::string_view::npos || name.empty())
+          fail<ConfigError>("train.groups: '{}': expected name=value, got '{}'", spec.pattern, option);
+        std::optional<double>* slot = name == "lr" ? &spec.lr : name == "weight_decay" ? &spec.weight_decay : nullptr;
+        if (!slot) fail<ConfigError>("train.groups: '{}': unknown option '{}' (options: lr, weight_decay)", spec.pattern, name);
+        if (slot->has_value()) fail<ConfigError>("train.groups: '{}': option '{}' given twice", spec.pattern, name);
+        *slot = group_option_value(spec.pattern, name, trimmed(option.substr(eq + 1)));
+      }
+    }
+    specs.push_back(std::move(spec));
+  }
+  return specs;
+}
+
+bool glob_match(std::string_view pattern, std::string_view name) {
+  // Greedy matching with one backtrack point: on a mismatch, the last '*' absorbs one more
+  // character. Linear in practice, and never exponential.
+  size_t p = 0, n = 0, star = std::string_view::npos, star_n = 0;
+  while (n < name.size()) {
+    if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == name[n])) {
+      ++p;
+      ++n;
+    } else if (p < pattern.size() && pattern[p] == '*') {
+      star = p++;
+      star_n = n;
+    } else if (star != std::string_view::npos) {
+      p = star + 1;
+      n = ++star_n;
+    } else {
+      return false;
+    }
+  }
+  while (p < pattern.size() && pattern[p] == '*') ++p;
+  return p == pattern.size();
+}
+
+std::vector<optim::ParamGroup> make_param_groups(const nn::NamedTensors& named, double lr, double weight_decay,
+                                                 const std::vector<GroupSpec>& specs) {
+  // Which spec claims each parameter (specs.size() = none).
+  std::vector<size_t> owner(named.size(), specs.size());
+  for (size_t s = 0; s < specs.size(); ++s) {
+    bool any = false, fresh = false;
+    for (size_t i = 0; i < named.size(); ++i) {
+      if (!glob_match(specs[s].pattern, named[i].first)) continue;
+      any = true;
+      if (owner[i] == specs.size()) {
+        owner[i] = s;
+        fresh = true;
+      }
+    }
+    if (!any) fail<ConfigError>("train.groups: pattern '{}' matches no parameter", specs[s].pattern);
+    if (!fresh)
+      fail<ConfigError>("train.groups: pattern '{}' matches only parameters of earlier groups", specs[s].pattern);
+  }
+  auto claimed_by = [&](size_t s) {
+    nn::NamedTensors out;
+    for (size_t i = 0; i < named.size(); ++i)
+      if (owner[i] == s) out.push_back(named[i]);
+    return out;
+  };
+  std::vector<optim::ParamGroup> groups = optim::decay_groups(claimed_by(specs.size()), weight_decay);
+  for (optim::ParamGroup& g : groups) g.lr = lr;
+  for (size_t s = 0; s < specs.size(); ++s) {
+    const nn::NamedTensors mine = claimed_by(s);
+    std::vector<optim::ParamGroup> split;
+    if (specs[s].weight_decay) {
+      // One group: the spec's decay applies to biases and norms too.
+      split.push_back({.params = {}, .weight_decay = *specs[s].weight_decay});
+      for (const auto& [name, p] : mine) {
+        split[0].params.push_back(p);
+        split[0].names.push_back(name);
+      }
+    } else {
+      split = optim::decay_groups(mine, weight_decay);
+    }
+    for (optim::ParamGroup& g : split) {
+      g.lr = specs[s].lr.value_or(lr);
+      groups.push_back(std::move(g));
+    }
+  }
+  return groups;
+}
+
+InitFromResult init_from_checkpoint(nn::Module& model, const std::string& path) {
+  InitFromResult result{.file = init_checkpoint_file(path).string()};
+  const TensorMap saved = strip_prefix("model.", load_safetensors(result.file));
+  if (saved.empty())
+    fail<ConfigError>("train.init_from: {} holds no 'model.' tensors (not a Trainer checkpoint)", result.file);
+  const TensorMap own = model.state_dict();
+  std::vector<std::string> problems;
+  TensorMap take;
+  for (const auto& [name, t] : own) {
+    auto it = saved.find(name);
+    if (it == saved.end()) {
+      if (is_gate_tensor(name))
+        result.fresh_gates.push_back(name);
+      else
+        problems.push_back(fmt::format("'{}' is not in the checkpoint", name));
+    } else if (it->second.shape() != t.shape()) {
+      problems.push_back(fmt::format("'{}' has shape {} in the checkpoint but {} in the model", name,
+                                     to_string(it->second.shape()), to_string(t.shape())));
+    } else {
+      take.emplace(name, it->second);
+    }
+  }
+  for (const auto& [name, t] : saved) {
+    if (own.count(name)) continue;
+    if (is_gate_tensor(name))
+      result.unused_gates.push_back(name);
+    else
+      problems.push_back(fmt::format("'{}' of the checkpoint is not in the model", name));
+  }
+  if (!problems.empty())
+    fail<ConfigError>("train.init_from: {} does not fit the model: {}", result.file, fmt::join(problems, "; "));
+  model.load_state_dict(take, /*strict=*/false);
+  result.loaded = int64_t(take.size());
+  return result;
+}
 
 Schema& add_train_keys(Schema& s, const TrainDefaults& d) {
   return s.add("train.steps", d.steps, "optimizer steps")
@@ -53,7 +232,11 @@ Schema& add_train_keys(Schema& s, const TrainDefaults& d) {
       .add("train.clip", d.clip, "maximum gradient norm, 0 = no clipping")
       .add("train.eval_every", d.eval_every, "evaluate every this many steps (0 = only at the end)")
       .add("train.log_every", d.log_every, "a train_loss line every this many steps")
-      .add("train.checkpoint_every", d.checkpoint_every, "checkpoint every this many steps (0 = on stop and at the end)");
+      .add("train.checkpoint_every", d.checkpoint_every, "checkpoint every this many steps (0 = on stop and at the end)")
+      .add("train.init_from", d.init_from,
+           "a run directory or checkpoint file whose model tensors start a fresh run (\"\" = none; ignored on resume)")
+      .add("train.groups", d.groups,
+           "parameter groups by name pattern: \"*.gate.*: lr=0.1, weight_decay=0; PATTERN: ...\" (\"\" = none)");
 }
 
 Trainer::Trainer(RunContext& ctx, nn::Module& model) : ctx_(ctx), model_(model) {
@@ -74,10 +257,27 @@ Trainer::Trainer(RunContext& ctx, nn::Module& model) : ctx_(ctx), model_(model) 
   if (!(lr > 0)) fail<ConfigError>("Trainer: train.lr must be > 0, got {}", lr);
   if (!(clip_ >= 0)) fail<ConfigError>("Trainer: train.clip must be >= 0, got {}", clip_);
   if (!(min_ratio >= 0 && min_ratio <= 1)) fail<ConfigError>("Trainer: train.min_lr_ratio must be in [0, 1], got {}", min_ratio);
-  for (auto& [name, p] : model.named_parameters()) params_.push_back(p);
-  opt_ = std::make_unique<optim::AdamW>(optim::decay_groups(model.named_parameters(), wd),
+  if (!(wd >= 0)) fail<ConfigError>("Trainer: train.weight_decay must be >= 0, got {}", wd);
+  init_from_ = c.get_string("train.init_from");
+  const nn::NamedTensors named = model.named_parameters();
+  for (auto& [name, p] : named) params_.push_back(p);
+  const std::vector<GroupSpec> specs = parse_groups(c.get_string("train.groups"));
+  opt_ = std::make_unique<optim::AdamW>(make_param_groups(named, lr, wd, specs),
                                         optim::AdamWOptions{.lr = lr, .weight_decay = wd});
+  // One line per spec; its optimizer groups follow the default two, one or two each
+  // (make_param_groups).
+  const auto& groups = opt_->param_groups();
+  for (size_t s = 0, g = 2; s < specs.size(); ++s) {
+    const size_t n = specs[s].weight_decay ? 1 : 2;
+    size_t count = 0;
+    for (size_t k = g; k < g + n; ++k) count += groups[k].params.size();
+    ctx.logf("train.groups: '{}' (lr {}, weight_decay {}): {} parameters", specs[s].pattern, groups[g].lr,
+             specs[s].weight_decay ? fmt::format("{}", *specs[s].weight_decay) : "as default", count);
+    g += n;
+  }
   // warmup_cosine needs total > warmup; a run no longer than its warmup keeps a constant lr.
+  // The scheduler multiplies every group's own base lr by the same factor, so the groups of
+  // train.groups keep their ratio to train.lr through warmup and decay.
   auto schedule = total_ > warmup ? optim::LRSchedule::warmup_cosine(warmup, total_, min_ratio)
                                   : optim::LRSchedule::constant();
   sched_ = std::make_unique<optim::Scheduler>(*opt_, schedule);
@@ -135,7 +335,16 @@ double Trainer::steps_per_second() const { return train_seconds_ > 0 ? double(se
 
 bool Trainer::fit() {
   if (!loss) fail<ValueError>("Trainer::fit: set trainer.loss first");
-  if (auto ck = ctx_.load_checkpoint()) restore(ck->second);
+  if (auto ck = ctx_.load_checkpoint()) {
+    restore(ck->second);  // a resumed run continues its own training, whatever init_from says
+  } else if (!init_from_.empty()) {
+    InitFromResult r = init_from_checkpoint(model_, init_from_);
+    ctx_.logf("init_from {}: {} tensors loaded", init_from_, r.loaded);
+    if (!r.fresh_gates.empty())
+      ctx_.logf("init_from {}: not in the checkpoint, freshly initialised: {}", init_from_, fmt::join(r.fresh_gates, ", "));
+    if (!r.unused_gates.empty())
+      ctx_.logf("init_from {}: gate tensors the model lacks, not loaded: {}", init_from_, fmt::join(r.unused_gates, ", "));
+  }
   model_.train();
   while (step_ < total_) {
     if (ctx_.should_stop()) {

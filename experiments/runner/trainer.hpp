@@ -14,12 +14,19 @@
 // random features redrawn in training) are not in any state_dict and nn/ has no API to list
 // them, so a run using those in train mode resumes exactly only up to their draws.
 //
+// Two keys change where training starts and how parameters are optimized (docs/experiments.md):
+// train.init_from loads the model tensors of another run's checkpoint before the first step of
+// a fresh run (fine-tuning, e.g. adding Hard Concrete gates to a converged model), and
+// train.groups gives parameters matched by name their own peak lr and weight decay.
+//
 // Experiments that need another loop can skip the Trainer and use RunContext directly.
 #pragma once
 #include <functional>
 #include <limits>
 #include <map>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "experiments/data/loader.hpp"
@@ -42,12 +49,63 @@ struct TrainDefaults {
   int64_t eval_every = 100;   // 0 = only at the end
   int64_t log_every = 10;
   int64_t checkpoint_every = 0;  // 0 = only on stop and at the end
+  std::string init_from = "";    // a run directory or checkpoint file; "" = random initialisation
+  std::string groups = "";       // parameter groups by name pattern (parse_groups); "" = none
 };
 Schema& add_train_keys(Schema& schema, const TrainDefaults& defaults = {});
 
+// ---- train.groups ----
+
+// One entry of train.groups. An option left out keeps the default: lr = train.lr, and
+// weight_decay as the default split gives it (train.weight_decay on weights that are at least
+// 2-d and not biases or norms, 0 on the rest).
+struct GroupSpec {
+  std::string pattern;
+  std::optional<double> lr = {};            // peak lr; the schedule scales it like train.lr
+  std::optional<double> weight_decay = {};
+};
+
+// Parses "PATTERN: lr=X, weight_decay=Y; PATTERN: ...". Entries are separated by ';', a pattern
+// from its options by ':', options by ','; spaces around any of them are ignored and an entry may
+// have no options. ConfigError starting "train.groups: " for an empty pattern, a missing ':', an
+// unknown or repeated option, or a value that is not a finite number >= 0.
+std::vector<GroupSpec> parse_groups(const std::string& text);
+
+// Whether the whole of `name` matches `pattern`: '*' matches any run of characters (dots
+// included, so "*.gate.*" matches "blocks.0.attn.gate.log_alpha"), '?' one character,
+// anything else itself.
+bool glob_match(std::string_view pattern, std::string_view name);
+
+// The optimizer's parameter groups. First the two groups of optim::decay_groups over the
+// parameters no spec claims (always present, so checkpoints of runs without train.groups keep
+// their layout), then per spec, in order: one group when it sets weight_decay, otherwise the two
+// of the default split. A parameter joins the first spec whose pattern matches its name.
+// ConfigError naming the pattern when a spec matches no parameter that an earlier spec left.
+std::vector<optim::ParamGroup> make_param_groups(const nn::NamedTensors& named, double lr, double weight_decay,
+                                                 const std::vector<GroupSpec>& specs);
+
+// ---- train.init_from ----
+
+struct InitFromResult {
+  std::string file;                           // the checkpoint read
+  int64_t loaded = 0;                         // tensors copied into the model
+  std::vector<std::string> fresh_gates = {};  // gate tensors of the model not in the checkpoint
+  std::vector<std::string> unused_gates = {}; // gate tensors of the checkpoint not in the model
+};
+
+// Copies the "model." tensors of a checkpoint into `model`. `path` is a run directory (its
+// checkpoint.safetensors, the latest one) or a checkpoint file. Every tensor of the model's
+// state_dict must be in the checkpoint with the same shape, and every model tensor of the
+// checkpoint must be in the model, except Hard Concrete gate tensors (a "gate" component in the
+// dotted name), which may be on one side only: a model that gains gates keeps their fresh
+// initialisation. ConfigError starting "train.init_from: " naming the path, or the file and each
+// offending tensor (with both shapes for a shape mismatch). Nothing is copied on error.
+InitFromResult init_from_checkpoint(nn::Module& model, const std::string& path);
+
 class Trainer {
  public:
-  // Builds AdamW over model.named_parameters() and the schedule from ctx.config()'s train.*.
+  // Builds AdamW over make_param_groups(model.named_parameters(), ...) and the schedule from
+  // ctx.config()'s train.*.
   Trainer(RunContext& ctx, nn::Module& model);
 
   // One training step's loss (a scalar with a graph); draws its own batch (from a loader added
@@ -59,9 +117,10 @@ class Trainer {
   // A loader whose position is checkpointed.
   void add_loader(const std::string& name, data::DataLoader& loader);
 
-  // Restores the last checkpoint (if any), then trains to train.steps. Returns true when every
-  // step is done (a final checkpoint is saved), false when ctx.should_stop() interrupted it (a
-  // checkpoint at the current step is saved).
+  // Restores the last checkpoint (if any; otherwise, in a fresh run, loads train.init_from),
+  // then trains to train.steps. Returns true when every step is done (a final checkpoint is
+  // saved), false when ctx.should_stop() interrupted it (a checkpoint at the current step is
+  // saved).
   bool fit();
 
   int64_t step() const { return step_; }
@@ -84,6 +143,7 @@ class Trainer {
   std::vector<Tensor> params_;
   std::map<std::string, data::DataLoader*> loaders_;
   std::map<std::string, double> last_eval_;
+  std::string init_from_;
   int64_t total_, log_every_, eval_every_, checkpoint_every_;
   double clip_;
   int64_t step_ = 0;

@@ -2,10 +2,7 @@
 // files, a run stopped by SIGTERM and resumed ending bitwise equal to a straight run with no
 // metrics step recorded twice, a complete run re-run as a no-op, a changed config refused, and
 // usage errors (bad --set, unknown preset) as exit status 2.
-#include <unistd.h>
-
 #include <csignal>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -15,11 +12,11 @@
 #include "experiments/catalog/models.hpp"
 #include "experiments/runner/experiment.hpp"
 #include "experiments/runner/trainer.hpp"
-#include "helpers.hpp"
-#include "nn/loss.hpp"
+#include "runner/run_helpers.hpp"
 
 using namespace attnlab;
 using namespace attnlab::runner;
+using namespace attnlab::testing;
 namespace fs = std::filesystem;
 
 namespace {
@@ -43,50 +40,19 @@ const bool registered = register_experiment({
     .presets = {{"quick", "task.train_size = 200\ntask.val_size = 50\ntask.test_size = 50\n"}},
     .run =
         [](const Config& config, RunContext& ctx) {
-          const TaskData& task = ctx.data();
-          auto model = catalog::build_classifier(config, task);
-          data::DataLoader loader(task.train, config.get_int("train.batch_size"), true,
-                                  uint64_t(config.get_int("seed")), true);
-          Trainer trainer(ctx, *model);
-          trainer.add_loader("train", loader);
-          trainer.loss = [&](int64_t step) {
+          train_classifier(config, ctx, [](int64_t step, nn::Module&) {
             if (step == g_stop_at) std::raise(SIGTERM);
-            data::Batch b = loader.next();
-            return nn::cross_entropy(model->forward(b.inputs), b.targets);
-          };
-          trainer.evaluate = [&](int64_t) {
-            return std::map<std::string, double>{
-                {"val_acc", catalog::evaluate_classifier(*model, task, task.val).accuracy}};
-          };
-          if (!trainer.fit()) return;
-          ctx.summary("val_acc", catalog::evaluate_classifier(*model, task, task.val).accuracy);
+          });
         },
 });
 
-fs::path fresh_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / fmt::format("attnlab_test_run_{}_{}", name, long(getpid()));
-  fs::remove_all(d);
-  return d;
-}
-
-std::string read(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-struct Result {
-  int status;
-  std::string console;
-};
+fs::path fresh_dir(const std::string& name) { return fresh_run_dir(name); }
+std::string read(const fs::path& p) { return read_file(p); }
+using Result = RunResult;
 
 Result run(const fs::path& dir, std::vector<std::string> sets = {}, const std::string& preset = "quick",
            const std::string& experiment = "test_resume") {
-  std::ostringstream console;
-  RunRequest r{experiment, preset, "", std::move(sets), dir, "test"};
-  int status = run_experiment(r, console, false);
-  return {status, console.str()};
+  return run_in(dir, experiment, std::move(sets), preset);
 }
 
 // metrics.jsonl without the "time" field (wall-clock, differs between runs).
@@ -103,10 +69,39 @@ std::vector<nlohmann::json> metrics_without_time(const fs::path& dir) {
   return out;
 }
 
-bool bitwise_equal(const Tensor& a, const Tensor& b) {
-  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
-  Tensor x = contiguous(a), y = contiguous(b);
-  return std::memcmp(x.raw_data(), y.raw_data(), size_t(x.numel()) * itemsize(x.dtype())) == 0;
+// Runs test_resume straight and stopped by SIGTERM during step 10 then resumed, with `sets`;
+// the two must end bitwise equal with the same metrics lines.
+void check_stop_and_resume(const std::string& name, const std::vector<std::string>& sets) {
+  fs::path straight = fresh_dir(name + "_straight"), resumed = fresh_dir(name + "_resumed");
+  REQUIRE(run(straight, sets).status == kExitComplete);
+
+  g_stop_at = 9;  // SIGTERM during step 10; the trainer saves a checkpoint at step 10 and returns
+  Result first = run(resumed, sets);
+  g_stop_at = -1;
+  CHECK(first.status == kExitStopped);
+  CHECK(first.console.find("stopped at step 10") != std::string::npos);
+  CHECK_FALSE(fs::exists(resumed / "summary.json"));
+  // A stale line past the checkpoint, as a crash between two checkpoints leaves: dropped on resume.
+  std::ofstream(resumed / "metrics.jsonl", std::ios::app) << "{\"step\":11,\"time\":1.0,\"train_loss\":9}\n";
+
+  Result second = run(resumed, sets);
+  CHECK(second.status == kExitComplete);
+  CHECK(second.console.find("resuming test_resume from step 10") != std::string::npos);
+
+  CHECK(metrics_without_time(resumed) == metrics_without_time(straight));
+  TensorMap a = checkpoint_of(straight), b = checkpoint_of(resumed);
+  REQUIRE(a.size() == b.size());
+  for (auto& [name, t] : a) {
+    REQUIRE(b.count(name));
+    CHECK_MESSAGE(bitwise_equal(t, b.at(name)), name);
+  }
+  auto sa = nlohmann::json::parse(read(straight / "summary.json")), sb = nlohmann::json::parse(read(resumed / "summary.json"));
+  CHECK(sa["metrics"] == sb["metrics"]);
+  CHECK(sa["steps"] == sb["steps"]);
+  auto meta = nlohmann::json::parse(read(resumed / "meta.json"));
+  CHECK(meta["resumed_at"].size() == 1);
+  fs::remove_all(straight);
+  fs::remove_all(resumed);
 }
 
 }  // namespace
@@ -149,37 +144,13 @@ TEST_CASE("run: the run directory holds config, meta, log, metrics, checkpoint a
 }
 
 TEST_CASE("run: stopped by SIGTERM and resumed, a run ends bitwise equal to a straight run") {
-  fs::path straight = fresh_dir("straight"), resumed = fresh_dir("resumed");
-  REQUIRE(run(straight).status == kExitComplete);
+  check_stop_and_resume("plain", {});
+}
 
-  g_stop_at = 9;  // SIGTERM during step 10; the trainer saves a checkpoint at step 10 and returns
-  Result first = run(resumed);
-  g_stop_at = -1;
-  CHECK(first.status == kExitStopped);
-  CHECK(first.console.find("stopped at step 10") != std::string::npos);
-  CHECK_FALSE(fs::exists(resumed / "summary.json"));
-  // A stale line past the checkpoint, as a crash between two checkpoints leaves: dropped on resume.
-  std::ofstream(resumed / "metrics.jsonl", std::ios::app) << "{\"step\":11,\"time\":1.0,\"train_loss\":9}\n";
-
-  Result second = run(resumed);
-  CHECK(second.status == kExitComplete);
-  CHECK(second.console.find("resuming test_resume from step 10") != std::string::npos);
-
-  CHECK(metrics_without_time(resumed) == metrics_without_time(straight));
-  TensorMap a = load_safetensors((straight / "checkpoint.safetensors").string());
-  TensorMap b = load_safetensors((resumed / "checkpoint.safetensors").string());
-  REQUIRE(a.size() == b.size());
-  for (auto& [name, t] : a) {
-    REQUIRE(b.count(name));
-    CHECK_MESSAGE(bitwise_equal(t, b.at(name)), name);
-  }
-  auto sa = nlohmann::json::parse(read(straight / "summary.json")), sb = nlohmann::json::parse(read(resumed / "summary.json"));
-  CHECK(sa["metrics"] == sb["metrics"]);
-  CHECK(sa["steps"] == sb["steps"]);
-  auto meta = nlohmann::json::parse(read(resumed / "meta.json"));
-  CHECK(meta["resumed_at"].size() == 1);
-  fs::remove_all(straight);
-  fs::remove_all(resumed);
+TEST_CASE("run: with train.groups, a stopped and resumed run ends bitwise equal to a straight run") {
+  // Three extra optimizer groups (the attention split in two, the classifier head in one), each
+  // with its own base lr in the scheduler's checkpoint.
+  check_stop_and_resume("groups", {"train.groups=*.attn.*: lr=1e-2; head.*: lr=1e-4, weight_decay=0.1"});
 }
 
 TEST_CASE("run: a complete run is not run again; a changed config is refused") {
