@@ -23,7 +23,10 @@ VariantSchema TalkingHeadsAttention::schema() {
   // after key_size and value_size (now at 3 and 4)
   s.options.insert(s.options.begin() + 5,
                    {{"pre", T::Bool, "true", "learned pre-softmax mix pre_mix (hk, h); false needs hk = h", {}},
-                    {"post", T::Bool, "true", "learned post-softmax mix post_mix (h, hv); false needs hv = h", {}}});
+                    {"post", T::Bool, "true", "learned post-softmax mix post_mix (h, hv); false needs hv = h", {}},
+                    {"mix_init", T::Choice, "identity",
+                     "identity: square mixes start as the identity (the layer as mha); random: normal(0, 1/sqrt(rows))",
+                     {"identity", "random"}}});
   return s;
 }
 
@@ -40,16 +43,17 @@ std::shared_ptr<Attention> TalkingHeadsAttention::make(const Options& o, int64_t
   c.value_heads = heads("value_heads");
   c.pre = o.get_bool("pre");
   c.post = o.get_bool("post");
+  c.mix_init = o.get_choice("mix_init");
   return std::make_shared<TalkingHeadsAttention>(d_model, c);
 }
 
 namespace {
 
-// A mixing matrix (rows, cols): the identity when square, so a fresh layer starts as plain
-// multi-head attention; otherwise normal(0, 1/sqrt(rows)), which keeps the mixed logits'
-// variance that of one head's.
-Tensor mix_init(int64_t rows, int64_t cols) {
-  if (rows == cols) return eye(rows);
+// A mixing matrix (rows, cols): with `identity` init the identity when square, so a fresh layer
+// starts as plain multi-head attention; otherwise normal(0, 1/sqrt(rows)), which keeps the mixed
+// logits' variance that of one head's.
+Tensor init_mix(int64_t rows, int64_t cols, bool identity) {
+  if (identity && rows == cols) return eye(rows);
   Tensor w = empty({rows, cols});
   init::normal_(w, 0.0, 1.0 / std::sqrt(double(rows)));
   return w;
@@ -75,13 +79,16 @@ TalkingHeadsAttention::TalkingHeadsAttention(int64_t d_model, const TalkingHeads
     fail<ValueError>("talking_heads: post=false needs value_heads == heads (the softmax heads weight the values), got "
                      "value_heads={} and heads={}; set value_heads={} or post=true",
                      hv, h, h);
+  if (c.mix_init != "identity" && c.mix_init != "random")
+    fail<ValueError>("talking_heads: option mix_init={}: expected one of identity, random", c.mix_init);
+  const bool identity = c.mix_init == "identity";
   const bool bias = c.head.bias;
   q_proj = register_module("q_proj", std::make_shared<Linear>(d_model, hk * dk, bias));
   k_proj = register_module("k_proj", std::make_shared<Linear>(d_model, hk * dk, bias));
   v_proj = register_module("v_proj", std::make_shared<Linear>(d_model, hv * dv, bias));
   out_proj = register_module("out_proj", std::make_shared<Linear>(hv * dv, d_model, bias));
-  if (c.pre) pre_mix = register_parameter("pre_mix", mix_init(hk, h));     // (hk, h)
-  if (c.post) post_mix = register_parameter("post_mix", mix_init(h, hv));  // (h, hv)
+  if (c.pre) pre_mix = register_parameter("pre_mix", init_mix(hk, h, identity));     // (hk, h)
+  if (c.post) post_mix = register_parameter("post_mix", init_mix(h, hv, identity));  // (h, hv)
   if (c.head.gate.kind == "hard_concrete")
     gate = register_module("gate", std::make_shared<HardConcreteGate>(hv, c.head.gate));
   head_mask = register_buffer("head_mask", ones({hv}));
@@ -137,10 +144,10 @@ Tensor TalkingHeadsAttention::forward_step(const Tensor& x_new, AttentionCache& 
 std::string TalkingHeadsAttention::spec() const {
   const HeadConfig& c = config.head;
   std::string s = fmt::format(
-      "talking_heads(heads={}, logit_heads={}, value_heads={}, key_size={}, value_size={}, pre={}, post={}, bias={}, "
-      "causal={}, attn_dropout={}",
-      c.heads, config.logit_heads, config.value_heads, c.key_size, c.value_size, config.pre, config.post, c.bias,
-      c.causal, c.attn_dropout);
+      "talking_heads(heads={}, logit_heads={}, value_heads={}, key_size={}, value_size={}, pre={}, post={}, "
+      "mix_init={}, bias={}, causal={}, attn_dropout={}",
+      c.heads, config.logit_heads, config.value_heads, c.key_size, c.value_size, config.pre, config.post,
+      config.mix_init, c.bias, c.causal, c.attn_dropout);
   if (c.gate.kind != "none")
     s += fmt::format(", gate={}, gate_init={}, gate_temperature={}, gate_gamma={}, gate_zeta={}, gate_hard={}",
                      c.gate.kind, c.gate.init, c.gate.temperature, c.gate.gamma, c.gate.zeta, c.gate.hard);

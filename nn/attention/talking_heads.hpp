@@ -20,11 +20,15 @@ struct TalkingHeadsConfig {
   int64_t value_heads = 0;  // hv
   bool pre = true;          // learned pre-softmax mix (hk -> h)
   bool post = true;         // learned post-softmax mix (h -> hv)
+  // "identity": a square mix starts as the identity (the layer starts as mha), a non-square one
+  // normal(0, 1/sqrt(rows)); "random": both start normal(0, 1/sqrt(rows)), as in the paper.
+  std::string mix_init = "identity";
 };
 
 class TalkingHeadsAttention : public Attention {
  public:
-  // Throws ValueError naming the options when pre=false with hk != h or post=false with h != hv.
+  // Throws ValueError naming the options when pre=false with hk != h or post=false with h != hv,
+  // or when mix_init is neither identity nor random.
   TalkingHeadsAttention(int64_t d_model, const TalkingHeadsConfig& config);
   static VariantSchema schema();
   static std::shared_ptr<Attention> make(const Options& options, int64_t d_model);

@@ -1,6 +1,7 @@
 // talking_heads (ATTENTION_SPEC.md 1.2, 1.4): a naive loop reference with hk != h != hv and
 // the mixes on or off, gradients of every option combination, the identity with `mha`,
-// pruning value heads, initialisation, spec errors and parameter names.
+// pruning value heads, initialisation (identity and mix_init=random), spec errors and
+// parameter names.
 #include <algorithm>
 
 #include "helpers.hpp"
@@ -104,8 +105,6 @@ NaiveResult naive_th(const TalkingHeadsAttention& m, const Tensor& x, const Tens
 
 std::vector<bool> all_allowed(int64_t B, int64_t N, int64_t M) { return std::vector<bool>(B * N * M, true); }
 
-}  // namespace
-
 TEST_CASE("talking_heads matches a naive loop implementation for hk != h != hv and mixes on or off") {
   for (std::string spec : {"talking_heads(heads=2, logit_heads=3, value_heads=4, key_size=3, value_size=5)",
                            "talking_heads(heads=4, logit_heads=2, value_heads=3)",
@@ -163,6 +162,33 @@ TEST_CASE("talking_heads causal, padding mask with fully masked rows, cross-atte
   CHECK(allclose(sum(narrow(w, 1, 0, 1), {-1}), ones({2, 1, 4}, kFloat64), 1e-12, 1e-12));
 }
 
+// Gradients of the output against the inputs and every parameter, in eval mode, under a padding
+// mask with one fully masked query row; `cross` attends to a 5-row context, else to x itself.
+void check_gradients(const std::shared_ptr<nn::Attention>& a, bool cross) {
+  auto& m = as_th(a);
+  a->eval();
+  if (m.gate) {
+    NoGradGuard ng;
+    copy_(m.gate->log_alpha, from_vector<double>({-0.5, 0.3, 1.0}));  // inside the clamp's open range
+  }
+  std::vector<Tensor> inputs = {leaf64({2, 3, 8}, 3), leaf64({2, 5, 8}, 4)};
+  for (auto& [n, p] : a->named_parameters()) inputs.push_back(p);
+  // (B, 1, N, M) padding mask; example 1's query row 0 has no allowed key
+  Tensor mask = from_vector<bool>({true, true, false, true, true,  true, false, true, true, true,
+                                   true, true, true, false, true,  false, false, false, false, false,
+                                   true, true, false, true, true,  false, true, true, true, true},
+                                  {2, 1, 3, 5});
+  Tensor self_mask = narrow(mask, 3, 0, 3);  // (2, 1, 3, 3), the same fully masked row
+  auto r = gradcheck(
+      [&](const std::vector<Tensor>& in) {
+        return cross ? a->forward(in[0], in[1], mask).output : a->forward(in[0], {}, self_mask).output;
+      },
+      inputs);
+  CHECK_MESSAGE(r.ok, r.message);
+}
+
+}  // namespace
+
 TEST_CASE("talking_heads gradcheck: every option combination") {
   struct Case {
     std::string spec;
@@ -176,27 +202,8 @@ TEST_CASE("talking_heads gradcheck: every option combination") {
                          Case{"talking_heads(heads=2, logit_heads=4, value_heads=3, gate=hard_concrete)", true}}) {
     CAPTURE(cs.spec);
     auto a = th64(cs.spec);
-    auto& m = as_th(a);
-    randomize_mixes(m, 13);
-    a->eval();
-    if (m.gate) {
-      NoGradGuard ng;
-      copy_(m.gate->log_alpha, from_vector<double>({-0.5, 0.3, 1.0}));  // inside the clamp's open range
-    }
-    std::vector<Tensor> inputs = {leaf64({2, 3, 8}, 3), leaf64({2, 5, 8}, 4)};
-    for (auto& [n, p] : a->named_parameters()) inputs.push_back(p);
-    // (B, 1, N, M) padding mask; example 1's query row 0 has no allowed key
-    Tensor mask = from_vector<bool>({true, true, false, true, true,  true, false, true, true, true,
-                                     true, true, true, false, true,  false, false, false, false, false,
-                                     true, true, false, true, true,  false, true, true, true, true},
-                                    {2, 1, 3, 5});
-    Tensor self_mask = narrow(mask, 3, 0, 3);  // (2, 1, 3, 3), the same fully masked row
-    auto r = gradcheck(
-        [&](const std::vector<Tensor>& in) {
-          return cs.cross ? a->forward(in[0], in[1], mask).output : a->forward(in[0], {}, self_mask).output;
-        },
-        inputs);
-    CHECK_MESSAGE(r.ok, r.message);
+    randomize_mixes(as_th(a), 13);
+    check_gradients(a, cs.cross);
   }
 }
 
@@ -322,7 +329,7 @@ TEST_CASE("talking_heads pruned layer equals the masked one") {
     auto p = a->prune_heads({1, 3});
     CHECK(p->spec() ==
           "talking_heads(heads=2, logit_heads=2, value_heads=2, key_size=4, value_size=4, pre=true, post=true, "
-          "bias=true, causal=false, attn_dropout=0)");
+          "mix_init=identity, bias=true, causal=false, attn_dropout=0)");
     auto rebuilt = make_attention(p->spec(), 8);
     rebuilt->to(kFloat64);
     rebuilt->load_state_dict(p->state_dict());  // strict: same names and shapes
@@ -353,6 +360,75 @@ TEST_CASE("talking_heads mixes start as the identity when square, else normal(0,
   CHECK(pre_std == doctest::Approx(1.0 / 8).epsilon(0.1));
   CHECK(std::abs(post_mean) < 0.03);
   CHECK(post_std == doctest::Approx(1.0 / std::sqrt(32.0)).epsilon(0.15));
+}
+
+TEST_CASE("talking_heads mix_init=random: square mixes start normal(0, 1/sqrt(rows)), not the identity") {
+  auto draw = [](uint64_t seed) {
+    manual_seed(seed);
+    return make_attention("talking_heads(heads=32, mix_init=random)", 32);
+  };
+  auto a = draw(3), b = draw(3), c = draw(4);
+  auto& m = as_th(a);
+  CHECK(m.pre_mix.shape() == Dims{32, 32});
+  CHECK_FALSE(allclose(m.pre_mix, eye(32), 0.1, 0.1));
+  CHECK_FALSE(allclose(m.post_mix, eye(32), 0.1, 0.1));
+  CHECK_FALSE(allclose(m.pre_mix, m.post_mix, 0.1, 0.1));  // two draws, not one mix twice
+  // the same seed gives the same mixes, another seed other ones
+  CHECK(allclose(m.pre_mix, as_th(b).pre_mix, 0, 0));
+  CHECK(allclose(m.post_mix, as_th(b).post_mix, 0, 0));
+  CHECK_FALSE(allclose(m.pre_mix, as_th(c).pre_mix, 0.1, 0.1));
+  for (const Tensor& mix : {m.pre_mix, m.post_mix}) {
+    auto v = mix.to_vector<double>();  // 1024 draws of std 1/sqrt(32)
+    double s = 0, s2 = 0;
+    for (double e : v) s += e, s2 += e * e;
+    const double mean = s / v.size();
+    CHECK(std::abs(mean) < 0.02);
+    CHECK(std::sqrt(s2 / v.size() - mean * mean) == doctest::Approx(1.0 / std::sqrt(32.0)).epsilon(0.1));
+  }
+  // non-square mixes are drawn as with the identity init
+  auto ns = make_attention("talking_heads(heads=2, logit_heads=3, value_heads=4, mix_init=random)", 8);
+  CHECK(as_th(ns).pre_mix.shape() == Dims{3, 2});
+  CHECK(as_th(ns).post_mix.shape() == Dims{2, 4});
+  CHECK(as_th(ns).spec().find("post=true, mix_init=random,") != std::string::npos);
+}
+
+TEST_CASE("talking_heads mix_init=random: forward matches the naive loops and gradients check") {
+  for (std::string spec : {"talking_heads(heads=2, mix_init=random)",
+                           "talking_heads(heads=2, logit_heads=3, value_heads=4, mix_init=random)",
+                           "talking_heads(heads=2, post=false, mix_init=random, bias=false)"}) {
+    CAPTURE(spec);
+    auto a = th64(spec);  // the mixes as drawn, not replaced by randomize_mixes
+    auto& m = as_th(a);
+    if (m.config.logit_heads == m.config.head.heads)
+      CHECK_FALSE(allclose(m.pre_mix, eye(m.config.head.heads, kFloat64), 0.1, 0.1));
+    Generator g(21);
+    Tensor x = randn({2, 4, 8}, g, kFloat64);
+    CHECK(allclose(a->forward(x).output, naive_th(m, x, x, all_allowed(2, 4, 4)).output, 1e-10, 1e-12));
+    check_gradients(a, true);
+  }
+}
+
+TEST_CASE("talking_heads mix_init: pruning keeps it, unknown values fail naming the option and the choices") {
+  auto a = th64("talking_heads(heads=2, value_heads=4, mix_init=random)");
+  {
+    NoGradGuard ng;
+    copy_(as_th(a).head_mask, from_vector<double>({1, 0, 1, 0}));
+  }
+  auto p = a->prune_heads({0, 2});
+  CHECK(as_th(p).config.mix_init == "random");
+  CHECK(p->spec().find("mix_init=random") != std::string::npos);
+  Generator g(22);
+  Tensor x = randn({1, 4, 8}, g, kFloat64);
+  CHECK(allclose(p->forward(x).output, a->forward(x).output, 1e-10, 1e-12));
+
+  auto bad = error_of([] { make_attention("talking_heads(heads=2, mix_init=eye)", 8); });
+  CHECK(bad.find("talking_heads: option mix_init=eye: expected one of identity, random") != std::string::npos);
+  nn::TalkingHeadsConfig c;
+  c.head.heads = 2, c.head.key_size = 4, c.head.value_size = 4;
+  c.logit_heads = 2, c.value_heads = 2;
+  c.mix_init = "orthogonal";
+  CHECK(error_of([&] { TalkingHeadsAttention(8, c); })
+            .find("talking_heads: option mix_init=orthogonal: expected one of identity, random") != std::string::npos);
 }
 
 TEST_CASE("talking_heads spec errors name the variant and the options") {
@@ -406,8 +482,11 @@ TEST_CASE("talking_heads parameter names and shapes follow the spec") {
       found = true;
       std::vector<std::string> opts;
       for (const auto& o : v.schema.options) opts.push_back(o.name);
-      CHECK(std::vector<std::string>(opts.begin(), opts.begin() + 7) ==
-            std::vector<std::string>{"heads", "logit_heads", "value_heads", "key_size", "value_size", "pre", "post"});
+      CHECK(std::vector<std::string>(opts.begin(), opts.begin() + 8) ==
+            std::vector<std::string>{"heads", "logit_heads", "value_heads", "key_size", "value_size", "pre", "post",
+                                     "mix_init"});
+      CHECK(v.schema.options[7].default_value == "identity");
+      CHECK(v.schema.options[7].choices == std::vector<std::string>{"identity", "random"});
     }
   CHECK(found);
 }
