@@ -1,5 +1,6 @@
 // einsum: Einstein summation over any number of operands, composed from permute, reshape,
-// slice, sum and matmul only, so it has no backward formula of its own (STYLE.md rule 2).
+// slice, sum and matmul only, so it has no backward formula of its own (docs/conventions.md, "Few
+// primitives").
 //
 // Semantics follow torch.einsum / numpy.einsum: explicit ("ab,bc->ac") and implicit ("ab,bc",
 // output = labels seen exactly once, in ASCII order, after the ellipsis dims) forms, "..." for

@@ -309,7 +309,8 @@ int main(int argc, char** argv) {
           "Tensor storage at its peak during one step, above what was live before it (the allocator's count). "
           "In parentheses: the ratio to mha at the same N (< 1 is smaller).",
           cell_memory);
-    // The cost notes each variant declares (ATTENTION_SPEC.md section 3), beside the measurements.
+    // The cost notes each variant declares (docs/attention.md, "What every variant offers"), beside
+    // the measurements.
     md += "#### Declared cost (from each variant's schema)\n\n| variant | time | memory |\n|---|---|---|\n";
     for (const auto& name : names)
       for (const auto& v : nn::variants())

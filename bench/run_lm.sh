@@ -1,6 +1,6 @@
 #!/bin/sh
-# bench/run_lm.sh BUILD_DIR: section 6 of `make bench`, the "lean training steps" targets of
-# issue 6 on the reference causal LM (4 layers, d=256, 8 heads, N=256, batch 8, vocabulary 256,
+# bench/run_lm.sh BUILD_DIR: section 6 of `make bench`, the training-step targets of
+# docs/performance.md on the reference causal LM (4 layers, d=256, 8 heads, N=256, batch 8, vocabulary 256,
 # causal, GELU 4x, AdamW), attnlab (bench_lm) against PyTorch (torch_lm.py), in one run:
 #   - tokens/s at THREADS threads and the ratio                      (target >= 2.5x)
 #   - peak RSS of each process, the same steps on both sides         (target: attnlab <= torch)

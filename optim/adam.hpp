@@ -42,7 +42,7 @@ class Adam : public Optimizer {
   // elements (per dtype). Before it, parameters and state are (re)laid out flat if the
   // parameter list changed since the last step (FlatStore::sync).
   void step() override;
-  // The same update, one loop per parameter tensor, as before the flat pass: the oracle that
+  // The same update, one loop per parameter tensor, without the flat pass: the oracle that
   // step() is tested against bitwise. It does not move parameters.
   void step_per_tensor();
   // The flat storage of the parameters of `dtype` that step() moved (a 1-d tensor; parameters

@@ -1,5 +1,6 @@
 // attnlab error types. Every user-facing failure is one of these, with a message that names the
-// op or option, the shapes/dtypes/values seen, and what was expected (STYLE.md rule 10).
+// op or option, the shapes/dtypes/values seen, and what was expected (docs/conventions.md,
+// "Errors").
 #pragma once
 #include <stdexcept>
 #include <string>

@@ -110,7 +110,7 @@ struct GoldenCaseOptions {
 };
 
 // Builds case `name`'s layer from its spec alone, loads the reference weights strictly (names,
-// shapes and dtypes must be the spec's), runs forward with need_weights (and before that, when
+// shapes and dtypes must be the documented ones), runs forward with need_weights (and before that, when
 // asked, without) and backward with the file's grad_output, then compares output, attention,
 // the gradients of x, the context, head_mask and every parameter, and the buffers the file
 // holds. The set of compared gradients must equal the file's, so neither side can hold one the
@@ -133,7 +133,7 @@ inline void run_golden_case(const GoldenFile& file, const std::string& name, con
 
   auto layer = nn::make_attention(spec, d_model);
   layer->to(kFloat64);
-  // Strict: every name, shape and dtype must be the spec's and none may be missing, so an
+  // Strict: every name, shape and dtype must be the documented ones and none may be missing, so an
   // empty set of weights passes only for a layer without state (fnet).
   REQUIRE_NOTHROW(layer->load_state_dict(file.with_prefix(name + "/w/")));
   layer->train(mode == "train");

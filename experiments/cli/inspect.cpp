@@ -3,12 +3,12 @@
 // (PyTorch, a paper's code) tensor by tensor. The file layouts are in docs/cli.md:
 //   X   x (B,N,D); optional context (B,M,D), mask (U8|BOOL, broadcastable to (B,h,N,M)),
 //       grad_output (B,N,D)
-//   W   every parameter and persistent buffer under the spec's names, loaded strictly
+//   W   every parameter and persistent buffer under the documented names, loaded strictly
 //   OUT output; attention (B,h,N,M) where the variant has probabilities; l0_penalty when gated;
 //       with grad_output: grad.x, grad.context, grad.<param> for every trainable parameter and
-//       grad.<...>head_mask (ATTENTION_SPEC.md 1.4); in train mode buffer.<name> for every buffer
-// Gradients are those of sum(output * grad_output) alone, without the L0 term (spec section 3).
-// Everything goes through the generic Attention interface, so a new variant needs nothing here.
+// grad.<...>head_mask (docs/attention.md, "Head gates"); in train mode buffer.<name> for every
+// buffer Gradients are those of sum(output * grad_output) alone, without the L0 term (spec section
+// 3). Everything goes through the generic Attention interface, so a new variant needs nothing here.
 #include <cmath>
 #include <sstream>
 
@@ -158,7 +158,7 @@ int inspect(const InspectConfig& c, std::ostream& out) {
   if (want_grad) {
     in.x.requires_grad_();
     if (in.context.defined()) in.context.requires_grad_();
-    // head_mask is a buffer, but its gradient is Michel et al.'s head importance (spec 1.4).
+    // head_mask is a buffer, but its gradient is Michel et al.'s head importance (docs/attention.md).
     for (auto& [name, b] : attn->named_buffers())
       if (is_head_mask(name) && b.is_floating_point()) {
         b.requires_grad_();

@@ -1,4 +1,4 @@
-// The one interface every attention variant implements (ATTENTION_SPEC.md section 0), and the
+// The one interface every attention variant implements (docs/attention.md), and the
 // pieces the multi-head variants share: splitting and merging heads, building the allowed
 // mask, scaled dot-product attention, and the per-head gate/mask multiply before out_proj.
 #pragma once

@@ -1,5 +1,5 @@
 // `bigbird` (Zaheer et al. 2020, "Big Bird: Transformers for Longer Sequences";
-// ATTENTION_SPEC.md section 2): block-sparse attention over blocks of b positions.
+// docs/attention.md, "bigbird"): block-sparse attention over blocks of b positions.
 //
 //   query block j attends key blocks  j - (W-1)/2 .. j + (W-1)/2   (window, clipped at the edges)
 //                                     0 .. g-1                     (global)

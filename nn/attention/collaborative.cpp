@@ -1,5 +1,5 @@
 // `collaborative` heads and the mha -> collaborative conversion (Cordonnier, Loukas, Jaggi
-// 2020; ATTENTION_SPEC.md 1.3). The layer follows the paper's reference code
+// 2020; docs/attention.md, "collaborative"). The layer follows the paper's reference code
 // (epfml/collaborative-attention): shared bias-free query/key projections, a mixing matrix,
 // a bias-free `content_bias` Linear (D -> h) on the keys' sequence, and the scale applied to
 // the sum of both terms.

@@ -1,6 +1,6 @@
 // `collaborative`: collaborative multi-head attention (Cordonnier, Loukas, Jaggi 2020,
-// "Multi-Head Attention: Collaborate Instead of Concatenate"; ATTENTION_SPEC.md 1.3). All heads
-// share one query and one key projection of width Dk~; head i re-weights the Dk~ shared
+// "Multi-Head Attention: Collaborate Instead of Concatenate"; docs/attention.md, "collaborative").
+// All heads share one query and one key projection of width Dk~; head i re-weights the Dk~ shared
 // dimensions by its row of `mixing` and adds a content bias on the keys:
 //
 //   q~ = x q_shared^T (B, N, Dk~);  k~ = c k_shared^T (B, M, Dk~)
@@ -54,7 +54,7 @@ class CollaborativeAttention : public Attention {
 };
 
 // Converts a trained `mha` layer (same D, h, dv) into a collaborative layer with shared key
-// size Dk~ (ATTENTION_SPEC.md 1.3):
+// size Dk~ (docs/attention.md, "to_collaborative"):
 //  - T[a, i, b] = sum_c Wq_i[c, a] Wk_i[c, b] (D, h, D) is fitted by a rank-Dk~ CP
 //    decomposition T ~= sum_r A[a, r] M[i, r] Bk[b, r] (cp_als with `options`);
 //    q_shared.weight = A^T, mixing = M, k_shared.weight = Bk^T. With Dk~ = h*dk the

@@ -1,5 +1,5 @@
 // `compressed`: memory-compressed attention (Liu et al. 2018, "Generating Wikipedia by
-// Summarizing Long Sequences"; ATTENTION_SPEC.md section 2). The projected keys and values are
+// Summarizing Long Sequences"; docs/attention.md, "compressed"). The projected keys and values are
 // shortened s-fold by strided convolutions (kernel = stride = s) that mix every channel of
 // every head, then each head attends over the M/s compressed rows:
 //

@@ -1,8 +1,8 @@
 // CP (CANDECOMP/PARAFAC) decomposition of a 3-way tensor by alternating least squares
 // (Kolda & Bader 2009, "Tensor Decompositions and Applications", section 3.4), used by
-// `to_collaborative` (ATTENTION_SPEC.md 1.3) to factor the stacked per-head bilinear forms
-// Wq_i^T Wk_i of a trained `mha` layer into shared query/key projections and a mixing matrix
-// (Cordonnier, Loukas, Jaggi 2020).
+// `to_collaborative` (docs/attention.md, "to_collaborative") to factor the stacked per-head
+// bilinear forms Wq_i^T Wk_i of a trained `mha` layer into shared query/key projections and a
+// mixing matrix (Cordonnier, Loukas, Jaggi 2020).
 //
 //   T[a, i, b] ~= sum_r A[a, r] * M[i, r] * B[b, r]
 //

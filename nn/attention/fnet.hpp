@@ -1,5 +1,5 @@
 // `fnet`: attention-free Fourier token mixing (Lee-Thorp, Ainslie, Eckstein, Ontanon 2021,
-// "FNet: Mixing Tokens with Fourier Transforms"; ATTENTION_SPEC.md section 2):
+// "FNet: Mixing Tokens with Fourier Transforms"; docs/attention.md, "fnet"):
 //
 //   y = Re(FFT over the sequence of FFT over the hidden dimension of x)      (B, N, D)
 //

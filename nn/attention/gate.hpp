@@ -1,4 +1,4 @@
-// Head gates (ATTENTION_SPEC.md 1.4): Hard Concrete gates with the expected-L0 penalty
+// Head gates (docs/attention.md, "Head gates"): Hard Concrete gates with the expected-L0 penalty
 // (Louizos et al. 2018, as used for heads by Voita et al. 2019), and the fixed `head_mask`
 // buffer whose gradient is Michel et al.'s head importance.
 #pragma once

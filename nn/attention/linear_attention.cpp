@@ -1,6 +1,6 @@
 // `linear` (see linear_attention.hpp) and the kernelized core shared with `performer`.
 //
-// Choices where the spec is silent (docs/attention.md, `linear`):
+// Choices the papers leave open (docs/attention.md, `linear`):
 // - A mask that varies along N cannot be folded into per-key sums: it falls back to the masked
 //   quadratic form (correct, O(N M)); key masks and causality keep the linear-cost path.
 // - "No allowed key" is decided from the mask, not from a zero denominator, so such a query

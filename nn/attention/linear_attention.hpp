@@ -1,5 +1,5 @@
 // `linear`: linear attention with the feature map phi(z) = elu(z) + 1 (Katharopoulos, Vyas,
-// Pappas, Fleuret 2020, "Transformers are RNNs"; ATTENTION_SPEC.md section 2), and the kernelized
+// Pappas, Fleuret 2020, "Transformers are RNNs"; docs/attention.md, "linear"), and the kernelized
 // core it shares with `performer`:
 //
 //   out[n] = sum_m (phi(q_n) . phi(k_m)) v_m / (sum_m phi(q_n) . phi(k_m) + eps)

@@ -1,5 +1,5 @@
 // `linformer`: low-rank attention by projecting keys and values along the sequence (Wang et al.
-// 2020, "Linformer: Self-Attention with Linear Complexity"; ATTENTION_SPEC.md section 2).
+// 2020, "Linformer: Self-Attention with Linear Complexity"; docs/attention.md, "linformer").
 //
 //   K' = proj_k[:, :M] K,  V' = proj_v[:, :M] V      per head; (k, M) x (M, d) -> (k, d)
 //   O_i = softmax(q_i K'_i^T / sqrt(dk)) V'_i           (N, k) scores: O(N k), never N x M

@@ -292,7 +292,7 @@ Longformer::Longformer(int64_t d_model, const HeadConfig& c, const LongformerCon
 }
 
 std::vector<int64_t> Longformer::global_rows(int64_t N) const {
-  // Global positions >= N are ignored (the spec), also as keys when M > N.
+  // Global positions >= N are ignored (docs/attention.md, "longformer"), also as keys when M > N.
   std::vector<int64_t> rows;
   if (options.global_list) {
     for (int64_t g : options.global)

@@ -1,5 +1,5 @@
 // `longformer` (Beltagy, Peters, Cohan 2020, "Longformer: The Long-Document Transformer";
-// ATTENTION_SPEC.md section 2): a dilated sliding window plus global positions.
+// docs/attention.md, "longformer"): a dilated sliding window plus global positions.
 //
 //   allowed[n, m] = n in G  or  m in G  or  (|n - m| <= w*d  and  (n - m) mod d == 0)
 //   (and m <= n when causal, and the user's mask)

@@ -4,7 +4,7 @@
 // cut into N/c chunks of c. "Query" rows are (b, i, n, t): query n in round t. Each row holds W
 // key slots: the keys of the query's chunk, then those of the previous chunk (W = 2c), or only
 // its own chunk when there is one chunk (W = c), since the previous chunk would then be the
-// same keys twice and the spec counts a key once per round.
+// same keys twice and docs/attention.md counts a key once per round.
 //
 // The rounds combine by softmax over their log-sum-exp normalisers:
 //   o = sum_t exp(lse_t - LSE) o_t,  LSE = log sum_t exp(lse_t),

@@ -1,5 +1,5 @@
 // `lsh`: locality-sensitive-hashing attention (Kitaev, Kaiser, Levskaya 2020, "Reformer: The
-// Efficient Transformer"; ATTENTION_SPEC.md section 2). Shared QK: there is no k_proj; the keys
+// Efficient Transformer"; docs/attention.md, "lsh"). Shared QK: there is no k_proj; the keys
 // are the normalised queries k^[m] = q[m]/||q[m]||.
 //
 //   round t (of R): y = k^ . rotations[i, :, t, :];  bucket = argmax([y, -y])       (nb buckets)

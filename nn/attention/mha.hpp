@@ -1,6 +1,6 @@
 // `mha`: scaled dot-product multi-head attention (Vaswani et al. 2017), with the key size
 // decoupled from D/h (Bhojanapalli et al. 2020, "Low-Rank Bottleneck in Multi-head Attention
-// Models") and optional head gates (ATTENTION_SPEC.md 1.1, 1.4).
+// Models") and optional head gates (docs/attention.md, "mha" and "Head gates").
 //
 //   Score_i[n, m] = q_i[n] . k_i[m] / sqrt(dk);  P_i = softmax_m(Score_i masked);  O_i = P_i V_i
 //   output = out_proj(concat_i(g_i * head_mask_i * O_i))

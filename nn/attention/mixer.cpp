@@ -1,7 +1,7 @@
 // `mixer` (see mixer.hpp). The token MLP runs as two Linear-shaped products on x transposed to
 // (B, D, N), i.e. on every channel at once, so each weight gradient is one folded gemm.
 //
-// Choices where the spec is silent (docs/attention.md, `mixer`): initialisation as PyTorch's
+// Choices the papers leave open (docs/attention.md, `mixer`): initialisation as PyTorch's
 // Linear (fan-in L for w1, hm for w2); `bias=false` removes both biases; prune_heads is an
 // error (no heads); l0_penalty() is 0; there is no head_mask.
 #include "nn/attention/mixer.hpp"

@@ -1,5 +1,5 @@
 // `mixer`: the token-mixing MLP of MLP-Mixer as an attention replacement (Tolstikhin et al.
-// 2021, "MLP-Mixer: An all-MLP Architecture for Vision"; ATTENTION_SPEC.md section 2). For each
+// 2021, "MLP-Mixer: An all-MLP Architecture for Vision"; docs/attention.md, "mixer"). For each
 // channel c, positions are mixed by a two-layer MLP over the sequence:
 //
 //   y[:, :, c] = w2[:N] gelu_tanh(w1[:, :N] x[:, :, c] + b1) + b2[:N]

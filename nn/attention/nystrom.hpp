@@ -1,5 +1,5 @@
 // `nystrom`: Nyström-approximated softmax attention (Xiong et al. 2021, "Nyströmformer";
-// ATTENTION_SPEC.md section 2). With m landmarks, the segment means q~, k~ of q and k:
+// docs/attention.md, "nystrom"). With m landmarks, the segment means q~, k~ of q and k:
 //
 //   F  = softmax(q  k~^T / sqrt(dk))   (N, m)
 //   A  = softmax(q~ k~^T / sqrt(dk))   (m, m)
@@ -55,7 +55,7 @@ class NystromAttention : public ProjectedAttention {
 };
 
 // The Newton-Schulz iteration above on a batch of square matrices a (..., m, m), from the
-// spec's Z0; differentiable (composed from matmul, abs, sum, amax).
+// documented Z0; differentiable (composed from matmul, abs, sum, amax).
 Tensor newton_schulz_pinv(const Tensor& a, int64_t iters);
 
 }  // namespace attnlab::nn

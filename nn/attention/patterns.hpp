@@ -1,4 +1,5 @@
-// The fixed positional sparsity patterns of ATTENTION_SPEC.md section 2, on the MHA projections:
+// The fixed positional sparsity patterns of docs/attention.md ("local" to "dilated"), on the MHA
+// projections:
 //
 //   local(window=w)                  allowed iff |n - m| <= w
 //   sparse_strided(stride=l)         allowed iff |n - m| < l or (n - m) mod l == 0   (Child et al. 2019)
@@ -68,7 +69,7 @@ class PatternAttention : public ProjectedAttention {
                           bool need_weights = false) override;
   std::string spec() const override;
 
-  // The spec's rule for query n and key m (causality and the mask aside), written plainly.
+  // The documented rule for query n and key m (causality and the mask aside), written plainly.
   virtual bool allows(int64_t n, int64_t m) const = 0;
 
   using Part = PatternPart;

@@ -1,7 +1,7 @@
 // `performer` (see performer.hpp): the FAVOR+ feature map, the orthogonal random projection and
 // its redraws. The attention itself is linear attention's kernelized core.
 //
-// Choices where the spec is silent (docs/attention.md, `performer`):
+// Choices the papers leave open (docs/attention.md, `performer`):
 // - The redraw happens after the T-th train-mode forward call (the graph of that call keeps the
 //   projection it used); eval-mode calls neither count nor redraw.
 // - The key shift c is the largest exponent over the keys that some query may attend; keys no

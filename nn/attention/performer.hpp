@@ -1,5 +1,5 @@
 // `performer`: FAVOR+ positive random features for softmax attention (Choromanski et al. 2021,
-// "Rethinking Attention with Performers"; ATTENTION_SPEC.md section 2).
+// "Rethinking Attention with Performers"; docs/attention.md, "performer").
 //
 //   q' = q / dk^(1/4),  k' = k / dk^(1/4)
 //   phi(z) = exp(W z - ||z||^2 / 2) / sqrt(m)          W = projection (m, dk), shared by heads
@@ -17,7 +17,7 @@
 // Stability: each query row is shifted by its largest exponent a_n and the keys of a (b, h) by
 // their largest allowed exponent c before exp. The shifts cancel between numerator and
 // denominator; eps is rescaled to eps * exp(-(a_n + c)) so that the result is the unshifted
-// formula with eps on the unshifted denominator, as the spec defines it.
+// formula with eps on the unshifted denominator, as docs/attention.md defines it.
 #pragma once
 #include "nn/attention/projected.hpp"
 

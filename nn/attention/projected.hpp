@@ -1,6 +1,7 @@
-// The base of the variants that use the standard MHA projections (ATTENTION_SPEC.md section 0,
-// "MHA projections"): most of the efficient family of section 2. A subclass computes the head
-// outputs O (B, h, N, dv) from q, k, v its own way; this class owns everything around that:
+// The base of the variants that use the standard MHA projections (docs/attention.md, "Conventions
+// shared by every variant", "MHA projections"): most of the efficient family. A subclass computes
+// the head outputs O (B, h, N, dv) from q, k, v its own way; this class owns everything around
+// that:
 //
 //   q = split(q_proj(x)), k = split(k_proj(c)), v = split(v_proj(c))     (project)
 //   output = out_proj(concat_i(g_i * head_mask_i * O_i))                  (finish)

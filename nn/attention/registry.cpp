@@ -23,7 +23,7 @@ namespace {
 
 std::vector<Variant>& table() {
   static std::vector<Variant> t = {
-      // In ATTENTION_SPEC.md order: the multi-head mechanism (section 1), then efficient attention (section 2).
+      // In docs/attention.md order: the multi-head mechanism, then efficient attention.
       {MultiHeadAttention::schema(), MultiHeadAttention::make},
       {TalkingHeadsAttention::schema(), TalkingHeadsAttention::make},
       {CollaborativeAttention::schema(), CollaborativeAttention::make},

@@ -1,5 +1,5 @@
 // `routing`: routing attention (Roy, Saffar, Vaswani, Grangier 2021, "Efficient Content-Based
-// Sparse Attention with Routing Transformers"; ATTENTION_SPEC.md section 2). MHA projections.
+// Sparse Attention with Routing Transformers"; docs/attention.md, "routing"). MHA projections.
 //
 //   q^ = q/||q||, k^ = k/||k||; each goes to its argmax-dot centroid (centroids (h, k, dk), unit rows)
 //   allowed[n, m] = (cluster(q[n]) == cluster(k[m]) or m == n) and causal and padding

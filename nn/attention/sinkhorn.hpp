@@ -1,5 +1,5 @@
 // `sinkhorn`: sparse Sinkhorn attention (Tay et al. 2020, "Sparse Sinkhorn Attention";
-// ATTENTION_SPEC.md section 2). The sequence is cut into nb = N/b blocks; a learned sort net
+// docs/attention.md, "sinkhorn"). The sequence is cut into nb = N/b blocks; a learned sort net
 // scores blocks against blocks, Sinkhorn normalisation makes that a (soft) permutation P shared
 // by all heads, and query block i attends jointly to its own block and to the sorted block
 // K~_i = sum_j P[i, j] K_j:

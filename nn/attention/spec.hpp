@@ -1,4 +1,4 @@
-// Attention spec strings: `name(opt=value, opt=value)` (ATTENTION_SPEC.md section 0).
+// Attention spec strings: `name(opt=value, opt=value)` (docs/attention.md, "Spec strings").
 // Booleans are true/false; lists are joined by '+' (parts=random+vanilla). A variant declares
 // its options as a schema; `Options` checks a parsed spec against it, so an unknown option, an
 // ill-typed value or a value outside the allowed set is an error naming the variant, the
@@ -36,7 +36,7 @@ struct VariantSchema {
   std::string summary;  // one line, with the paper
   std::vector<OptionSchema> options;
   // Time and memory as functions of N, M, D, h, dk, dv and the variant's options, one line
-  // each (ATTENTION_SPEC.md section 3), e.g. "O(B h N M dk)".
+  // each (docs/attention.md, "What every variant offers"), e.g. "O(B h N M dk)".
   std::string time_cost;
   std::string memory_cost;
 };

@@ -1,10 +1,10 @@
 // `synthesizer` (see synthesizer.hpp): the six logit parts, their mixture, and head pruning.
 //
-// Initialisation (the spec fixes only random/fixed_random): Linear layers (w1, the vanilla
+// Initialisation (docs/attention.md fixes only random/fixed_random): Linear layers (w1, the vanilla
 // q/k projections, v_proj, out_proj) as PyTorch's Linear; the per-head layers w2, wa, wb as h
 // stacked Linear(dh, out), i.e. U(-1/sqrt(dh), 1/sqrt(dh)) for weight and bias; r1 and r2 from
 // N(0, 1) like the paper's Mesh TensorFlow code (random_normal_initializer); random.logits and
-// fixed_random.logits from N(0, 1) (spec); mix_logits zeros (spec).
+// fixed_random.logits from N(0, 1); mix_logits zeros (docs/attention.md, "synthesizer").
 #include "nn/attention/synthesizer.hpp"
 
 #include <algorithm>

@@ -1,7 +1,7 @@
 // `synthesizer`: synthetic attention (Tay et al. 2020, "Synthesizer: Rethinking Self-Attention
-// in Transformer Models"; ATTENTION_SPEC.md 1.5). The attention logits come from one or more
-// "parts" instead of (or besides) query-key dot products, then the usual masked softmax, P V and
-// out_proj. Self-attention only, N <= max_len.
+// in Transformer Models"; docs/attention.md, "synthesizer"). The attention logits come from one or
+// more "parts" instead of (or besides) query-key dot products, then the usual masked softmax, P V
+// and out_proj. Self-attention only, N <= max_len.
 //
 //   dense:             S[b,i,n,m] = relu(x w1^T + b1)[b,n,i,:] . w2[i,m,:] + b2[i,m]
 //   random:            S = logits[:, :N, :N]              (trained)

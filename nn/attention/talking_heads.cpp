@@ -32,7 +32,7 @@ VariantSchema TalkingHeadsAttention::schema() {
 
 std::shared_ptr<Attention> TalkingHeadsAttention::make(const Options& o, int64_t d_model) {
   TalkingHeadsConfig c;
-  // dk and dv default to D/h with h the softmax heads (spec 1.2), not hk or hv.
+  // dk and dv default to D/h with h the softmax heads (docs/attention.md), not hk or hv.
   c.head = read_head_config(o, d_model, o.get_int("heads"));
   auto heads = [&](const char* name) {
     int64_t v = o.get_optional_int(name).value_or(c.head.heads);

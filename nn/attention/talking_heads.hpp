@@ -1,6 +1,7 @@
 // `talking_heads`: talking-heads attention (Shazeer, Lan, Cheng, Ding, Hou 2020,
-// "Talking-Heads Attention"; ATTENTION_SPEC.md 1.2, gates and pruning 1.4). Three head counts:
-// hk logit heads (q/k), h softmax heads, hv value heads, joined by two learned mixes.
+// "Talking-Heads Attention"; docs/attention.md, "talking_heads", gates and pruning under "Head
+// gates"). Three head counts: hk logit heads (q/k), h softmax heads, hv value heads, joined by two
+// learned mixes.
 //
 //   J_a[n, m] = q_a[n] . k_a[m] / sqrt(dk)                    a < hk
 //   L_j = sum_a J_a pre_mix[a, j]      (pre=false: hk == h, L = J)

@@ -1,11 +1,11 @@
 // Golden tests of the multi-head variants (mha, talking_heads, collaborative, synthesizer)
-// against PyTorch modules written independently from ATTENTION_SPEC.md 1.1-1.5.
+// against PyTorch modules written independently from docs/attention.md ("mha" to "collaborative").
 //
 // tests/reference/attention_reference.py builds each case's layer in PyTorch with attnlab's
 // parameter and buffer names, gives it random weights, and writes the weights, inputs, output,
 // probabilities and every gradient to tests/reference/attention_golden.safetensors (layout in
 // the script). Here the layer comes from its spec string alone, loads the weights strictly (so
-// any name or shape that differs from the spec's is a failure), and must reproduce the numbers
+// any name or shape that differs from the documented one is a failure), and must reproduce the numbers
 // in float64. The last test checks that this file and the golden file name the same cases.
 #include <string>
 #include <vector>

@@ -1,6 +1,7 @@
-// collaborative (ATTENTION_SPEC.md 1.3, 1.4): a naive loop reference, gradients of every option
-// combination, the exact mha -> collaborative conversion, the CP-ALS fit (checked by its error,
-// never by its factors), pruning, spec errors, parameter names and the docs example.
+// collaborative (docs/attention.md, "collaborative", "Head gates"): a naive loop reference,
+// gradients of every option combination, the exact mha -> collaborative conversion, the CP-ALS fit
+// (checked by its error, never by its factors), pruning, spec errors, parameter names and the docs
+// example.
 #include <cstdio>
 
 #include "helpers.hpp"

@@ -1,6 +1,6 @@
-// The L0 head-gate story end to end (ATTENTION_SPEC.md 1.4; Voita et al. 2019, Louizos et al.
-// 2018): a gated mha layer trained with loss = task + lambda * nn::l0_penalty(model) closes most
-// of its heads exactly (eval-mode gates reach 0), while with lambda = 0 they stay open; the
+// The L0 head-gate story end to end (docs/attention.md, "Head gates"; Voita et al. 2019, Louizos et
+// al. 2018): a gated mha layer trained with loss = task + lambda * nn::l0_penalty(model) closes
+// most of its heads exactly (eval-mode gates reach 0), while with lambda = 0 they stay open; the
 // closed heads can then be pruned without changing the output.
 #include "helpers.hpp"
 #include "nn/attention/mha.hpp"

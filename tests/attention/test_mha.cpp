@@ -1,5 +1,5 @@
-// mha (ATTENTION_SPEC.md 1.1, 1.4): gradients, the spec's identities, gates, pruning, and the
-// spec-string errors.
+// mha (docs/attention.md, "mha", "Head gates"): gradients, the documented identities, gates, pruning,
+// and the spec-string errors.
 #include "helpers.hpp"
 #include "nn/attention/mha.hpp"
 #include "nn/attention/registry.hpp"

@@ -1,5 +1,5 @@
-// synthesizer (ATTENTION_SPEC.md 1.5): every part and mixtures against a naive loop over the
-// module's own tensors, float64 gradients, the mixture weights, the spec's errors, a short
+// synthesizer (docs/attention.md, "synthesizer"): every part and mixtures against a naive loop over
+// the module's own tensors, float64 gradients, the mixture weights, the spec's errors, a short
 // training run in which fixed_random stays fixed, pruning, parameter names, the doc example.
 #include "helpers.hpp"
 #include "nn/attention/registry.hpp"

@@ -1,6 +1,6 @@
-// talking_heads (ATTENTION_SPEC.md 1.2, 1.4): a naive loop reference with hk != h != hv and
-// the mixes on or off, gradients of every option combination, the identity with `mha`,
-// pruning value heads, initialisation (identity and mix_init=random), spec errors and
+// talking_heads (docs/attention.md, "talking_heads", "Head gates"): a naive loop reference with hk
+// != h != hv and the mixes on or off, gradients of every option combination, the identity with
+// `mha`, pruning value heads, initialisation (identity and mix_init=random), spec errors and
 // parameter names.
 #include <algorithm>
 
@@ -41,7 +41,7 @@ struct NaiveResult {
   Tensor w;       // (B, h, N, M)
 };
 
-// The spec's formulas as plain loops over the module's weights: J per logit head, the pre mix,
+// The documented formulas as plain loops over the module's weights: J per logit head, the pre mix,
 // masked softmax per softmax head, the post mix, U V per value head scaled by `head_scale` (hv,
 // empty = head_mask), out_proj. `allowed` is (B, N, M), shared by the heads.
 NaiveResult naive_th(const TalkingHeadsAttention& m, const Tensor& x, const Tensor& ctx,

@@ -1,6 +1,6 @@
 // Helpers shared by the autograd tests: float64 leaves whose memory is deliberately
-// non-contiguous (so every op's gradient is checked on strided inputs, STYLE.md rule 4), and a
-// gradcheck wrapper that reports the first mismatch.
+// non-contiguous (so every op's gradient is checked on strided inputs, docs/conventions.md,
+// "Tests"), and a gradcheck wrapper that reports the first mismatch.
 #pragma once
 #include <functional>
 #include <string>

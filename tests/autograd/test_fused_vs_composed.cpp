@@ -1,7 +1,7 @@
 // The fused softmax / log_softmax kernels (tensor/kernels/softmax.cpp, with hand-written
 // backward) against their composed twins built from primitives, exp(x - logsumexp(x)) and
-// x - logsumexp(x), in value and in gradient (STYLE.md rule 2: a fused kernel is tested
-// against the composed version). Masks are composed as masked_fill(x, !mask, -inf).
+// x - logsumexp(x), in value and in gradient (docs/conventions.md, "Few primitives": a fused kernel
+// is tested against the composed version). Masks are composed as masked_fill(x, !mask, -inf).
 #include <limits>
 
 #include "grad_helpers.hpp"

@@ -1,5 +1,5 @@
 // `attnlab inspect --mode train` on routing attention writes the centroids as updated by the
-// forward call (ATTENTION_SPEC.md section 2), and eval mode writes no buffers and moves nothing.
+// forward call (docs/attention.md, "routing"), and eval mode writes no buffers and moves nothing.
 #include <unistd.h>
 
 #include <filesystem>

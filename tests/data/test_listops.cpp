@@ -171,7 +171,7 @@ TEST_CASE("generated data: shapes, length bounds, depth bound, targets, fast") {
   TensorDataset ds = generate_listops(n, c, 1);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   MESSAGE("generate_listops(1000): ", secs, " s");
-  CHECK(secs < 5);  // the brief's budget; it takes well under a second
+  CHECK(secs < 5);  // a budget that keeps data generation negligible; it takes well under a second
   CHECK(ds.inputs.shape() == Dims{n, 2000});
   CHECK(ds.targets.shape() == Dims{n});
   CHECK(ds.inputs.dtype() == kInt64);

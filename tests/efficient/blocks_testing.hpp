@@ -1,5 +1,5 @@
 // Shared by test_longformer.cpp and test_bigbird.cpp: the dense-masked twin (the oracle: the
-// spec's allowed rule written as a plain loop, then dense masked softmax attention with the
+// documented allowed rule written as a plain loop, then dense masked softmax attention with the
 // layer's own weights), and the cases of tests/reference/blocks_golden.safetensors (run by
 // tests/golden.hpp's runner).
 #pragma once
@@ -16,7 +16,7 @@
 
 namespace attnlab::testing::blocks {
 
-// allowed(b, i, n, m): the spec's rule for batch b, head i, query n, key m.
+// allowed(b, i, n, m): the documented rule for batch b, head i, query n, key m.
 using Rule = std::function<bool(int64_t, int64_t, int64_t, int64_t)>;
 
 struct Dense {

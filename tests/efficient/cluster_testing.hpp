@@ -1,4 +1,4 @@
-// Shared by test_lsh.cpp and test_routing.cpp, whose dense twins (the spec's clustering written
+// Shared by test_lsh.cpp and test_routing.cpp, whose dense twins (the documented clustering written
 // with plain loops) need the same few pieces: a float64 layer of the concrete type, plain-vector
 // projections and the user's mask as a predicate.
 #pragma once

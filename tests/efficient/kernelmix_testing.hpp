@@ -74,7 +74,7 @@ struct OracleResult {
   Tensor attention;  // (B, h, N, M)
 };
 
-// The spec's formula with plain loops over the layer's own weights (eval-mode gates):
+// The documented formula with plain loops over the layer's own weights (eval-mode gates):
 //   A[n, m] = allowed(n, m) * phi(q_n) . phi(k_m),  O[n] = sum_m A[n, m] v_m / (sum_m A[n, m] + eps)
 // and O[n] = 0 when no key is allowed; then gate * head_mask and out_proj.
 inline OracleResult naive_kernelized(const nn::ProjectedAttention& layer, const Tensor& x, const Tensor& ctx,

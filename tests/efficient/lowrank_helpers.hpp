@@ -1,7 +1,7 @@
 // Plain-loop building blocks for the dense twins of sinkhorn, linformer, compressed and nystrom
 // (test_sinkhorn.cpp, test_linformer.cpp, test_compressed.cpp, test_nystrom.cpp): row-major
 // std::vector<double> matrices, one batch element and one head at a time, nothing from the
-// library but the layers' weights. Each twin writes the spec's formulas out on these.
+// library but the layers' weights. Each twin writes the documented formulas out on these.
 #pragma once
 #include <cmath>
 #include <string>

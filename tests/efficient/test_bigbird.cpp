@@ -1,5 +1,5 @@
-// bigbird (ATTENTION_SPEC.md section 2): the gathered-block path against the dense-masked twin
-// (the spec's block rule as a plain loop over random_blocks) in float64, with padding and
+// bigbird (docs/attention.md, "bigbird"): the gathered-block path against the dense-masked twin
+// (the documented block rule as a plain loop over random_blocks) in float64, with padding and
 // query-dependent masks, a fully masked row and cross-attention; the identity with mha when
 // the blocks cover everything; the random_blocks draw; gradchecks; prune == masked; errors;
 // the golden file of both longformer and bigbird; the docs example.
@@ -13,7 +13,7 @@ namespace {
 
 nn::BigBird& as_bigbird(const std::shared_ptr<nn::Attention>& a) { return static_cast<nn::BigBird&>(*a); }
 
-// The spec's rule on blocks qb = n / b and kb = m / b: qb or kb among the first g blocks,
+// The documented rule on blocks qb = n / b and kb = m / b: qb or kb among the first g blocks,
 // |kb - qb| <= (W-1)/2, or kb in random_blocks[i, qb, :]; then the user's mask.
 Rule bigbird_rule(const nn::BigBird& bb, const Tensor& mask) {
   const int64_t b = bb.options.block, g = bb.options.global, half = (bb.options.window - 1) / 2;

@@ -1,4 +1,4 @@
-// compressed (ATTENTION_SPEC.md section 2): a dense twin of the spec's formulas, gradients for
+// compressed (docs/attention.md, "compressed"): a dense twin of the documented formulas, gradients for
 // every option, key masks (a fully masked key set gives zero head outputs), pruning (k/v
 // projections and convolution inputs stay whole, kv_heads records them), errors, parameter
 // names and init, and the docs example.

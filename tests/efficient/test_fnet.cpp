@@ -1,4 +1,4 @@
-// fnet (ATTENTION_SPEC.md section 2; Lee-Thorp et al. 2021): the FFTW path against a plain DFT
+// fnet (docs/attention.md, "fnet"; Lee-Thorp et al. 2021): the FFTW path against a plain DFT
 // written with loops, float32 against float64, the self-adjoint backward, gradcheck, the plan
 // cache under threads, errors, the golden case and the docs example.
 #include <thread>

@@ -1,5 +1,5 @@
-// linear (ATTENTION_SPEC.md section 2; Katharopoulos et al. 2020): the chunked causal scan
-// against its naive twin, the layer against plain loops of the spec's formula (causal, key
+// linear (docs/attention.md, "linear"; Katharopoulos et al. 2020): the chunked causal scan
+// against its naive twin, the layer against plain loops of the documented formula (causal, key
 // masks, general masks, cross-attention, empty rows with eps = 0), gradchecks, pruning, linear
 // memory in N, errors, the golden cases and the docs example.
 #include "kernelmix_testing.hpp"

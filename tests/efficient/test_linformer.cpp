@@ -1,4 +1,4 @@
-// linformer (ATTENTION_SPEC.md section 2): a dense twin of the spec's formulas, gradients for
+// linformer (docs/attention.md, "linformer"): a dense twin of the documented formulas, gradients for
 // every option, key masks (a fully masked key set gives zero head outputs), pruning, errors,
 // parameter names, and the docs example.
 #include "helpers.hpp"

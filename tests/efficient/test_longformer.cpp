@@ -1,11 +1,11 @@
-// longformer (ATTENTION_SPEC.md section 2): the gathered-block path against the dense-masked twin
-// (the spec's rule as a plain loop) in float64 for every option, with causal, padding and
-// query-dependent masks, a fully masked row and cross-attention; the identity with mha when
-// every position is global; gradchecks; prune == masked; errors; linear memory; the docs example.
-// The fused path (tile_attention parts, run without need_weights): its parts cover the rule
-// exactly once; it equals the gathered-block twin in outputs and gradients (float64, float32);
-// its dropout is one counter-based dropout over the whole probability matrix; it keeps no
-// N x window scores (allocator peak).
+// longformer (docs/attention.md, "longformer"): the gathered-block path against the dense-masked
+// twin (the documented rule as a plain loop) in float64 for every option, with causal, padding and
+// query-dependent masks, a fully masked row and cross-attention; the identity with mha when every
+// position is global; gradchecks; prune == masked; errors; linear memory; the docs example. The
+// fused path (tile_attention parts, run without need_weights): its parts cover the rule exactly
+// once; it equals the gathered-block twin in outputs and gradients (float64, float32); its dropout
+// is one counter-based dropout over the whole probability matrix; it keeps no N x window scores
+// (allocator peak).
 #include "blocks_testing.hpp"
 #include "nn/attention/patterns.hpp"
 
@@ -17,7 +17,7 @@ namespace {
 
 nn::Longformer& as_longformer(const std::shared_ptr<nn::Attention>& a) { return static_cast<nn::Longformer&>(*a); }
 
-// The spec's rule: n or m global, or |n - m| <= w*d and (n - m) mod d == 0; m <= n when causal;
+// The documented rule: n or m global, or |n - m| <= w*d and (n - m) mod d == 0; m <= n when causal;
 // then the user's mask. Global positions >= N are ignored, as rows and as keys.
 Rule longformer_rule(const nn::Longformer& L, int64_t N, bool causal, const Tensor& mask) {
   std::set<int64_t> G(L.options.global.begin(), L.options.global.end());

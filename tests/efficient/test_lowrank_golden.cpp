@@ -1,8 +1,8 @@
 // Golden tests of sinkhorn, linformer, compressed and nystrom against PyTorch modules written
-// independently from ATTENTION_SPEC.md section 2 (tests/reference/lowrank_reference.py, which
+// independently from docs/attention.md (tests/reference/lowrank_reference.py, which
 // writes tests/reference/lowrank_golden.safetensors; layout in the script). The layer comes
 // from its spec string alone, loads the weights strictly (so any name or shape that differs
-// from the spec's fails), and must reproduce the output, the attention where the variant has
+// from the documented one fails), and must reproduce the output, the attention where the variant has
 // one (and return none where it has none), and every gradient, in float64.
 #include <string>
 #include <vector>

@@ -1,5 +1,5 @@
-// lsh (ATTENTION_SPEC.md section 2, Reformer): the sorted-chunk fast path against a dense twin
-// written plainly from the spec's bullets (its own hashing, sorting and chunking with loops),
+// lsh (docs/attention.md, "lsh"; Reformer): the sorted-chunk fast path against a dense twin
+// written plainly from the documented bullets (its own hashing, sorting and chunking with loops),
 // the one-chunk identity, masks and empty rows, gradients, pruning, errors, and the docs
 // example. The golden cases of both clustering variants (lsh and routing, written by
 // tests/reference/cluster_reference.py) are checked here too, by one runner.
@@ -32,7 +32,7 @@ struct Twin {
   int empty_rounds = 0;          // (query, round) pairs with nothing allowed while another round has keys
 };
 
-// The spec's formulas with loops: per round, hash, sort by (bucket, position), chunk, attend
+// The documented formulas with loops: per round, hash, sort by (bucket, position), chunk, attend
 // own + previous chunk (each key once), self -1e5, masks by position, lse; combine rounds.
 Twin naive_lsh(const nn::LshAttention& m, const Tensor& x, const Tensor& mask, bool causal) {
   const int64_t B = x.size(0), N = x.size(1), D = x.size(2), h = m.config.heads, dk = m.config.key_size,

@@ -1,4 +1,4 @@
-// mixer (ATTENTION_SPEC.md section 2; Tolstikhin et al. 2021, the token-mixing MLP): the layer
+// mixer (docs/attention.md, "mixer"; Tolstikhin et al. 2021, the token-mixing MLP): the layer
 // against its plain formula with loops, gradchecks, names and shapes, errors, the golden cases
 // and the docs example.
 #include "kernelmix_testing.hpp"

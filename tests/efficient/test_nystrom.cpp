@@ -1,4 +1,4 @@
-// nystrom (ATTENTION_SPEC.md section 2): a dense twin of the spec's formulas (output and the
+// nystrom (docs/attention.md, "nystrom"): a dense twin of the documented formulas (output and the
 // returned F pinv(A) Bm), the landmarks = N identity with a stated convergence bound, gradients
 // for every option, key masks (a fully masked key set gives zero head outputs), pruning,
 // errors, parameter names and init, and the docs example.
@@ -51,7 +51,7 @@ struct Twin {
   Tensor attention;  // (B, h, N, M): F pinv(A) Bm
 };
 
-// The spec's formulas written out densely: att = F Z Bm (N x M), O = att V (+ conv of V).
+// The documented formulas written out densely: att = F Z Bm (N x M), O = att V (+ conv of V).
 Twin twin(const nn::NystromAttention& l, const Tensor& x, const Tensor& ctx_or_empty, const Tensor& mask) {
   const bool self = !ctx_or_empty.defined();
   const Tensor& ctx = self ? x : ctx_or_empty;

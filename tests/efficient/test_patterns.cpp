@@ -1,6 +1,6 @@
-// local, sparse_strided, sparse_fixed, dilated (ATTENTION_SPEC.md section 2): each against a
-// dense twin that applies the spec's rule written plainly, the identities (local with a window
-// covering everything is mha), gradcheck for every option, pruning, dropout, the docs
+// local, sparse_strided, sparse_fixed, dilated (docs/attention.md, "local" to "dilated"): each
+// against a dense twin that applies the documented rule written plainly, the identities (local with a
+// window covering everything is mha), gradcheck for every option, pruning, dropout, the docs
 // examples, linear memory, and the option errors.
 #include <functional>
 
@@ -17,7 +17,7 @@ namespace {
 
 using Rule = std::function<bool(int64_t n, int64_t m)>;
 
-// The spec's rules, written plainly from ATTENTION_SPEC.md section 2 (independent of
+// The allowed rules, written plainly from docs/attention.md (independent of
 // nn/attention/patterns.cpp).
 Rule local_rule(int64_t w) {
   return [=](int64_t n, int64_t m) { return std::abs(n - m) <= w; };

@@ -1,5 +1,5 @@
 // Golden tests of the positional sparse patterns (local, sparse_strided, sparse_fixed, dilated)
-// against an independent PyTorch implementation: dense scores, the spec's allowed-rule as a
+// against an independent PyTorch implementation: dense scores, the documented allowed-rule as a
 // boolean mask, masked softmax (tests/reference/patterns_reference.py, which also documents the
 // file layout). Each layer is built from its spec string alone, loads the PyTorch weights
 // strictly, and must reproduce output, densified attention and every gradient in float64.

@@ -1,4 +1,4 @@
-// performer (ATTENTION_SPEC.md section 2; Choromanski et al. 2021, FAVOR+): the layer against
+// performer (docs/attention.md, "performer"; Choromanski et al. 2021, FAVOR+): the layer against
 // plain loops of the unshifted formula, the stabilising shift (eps rescaled), convergence to
 // exact softmax attention as the features grow, the orthogonal projection and its redraws,
 // gradchecks, pruning, errors, the golden cases and the docs example.
@@ -14,7 +14,7 @@ namespace {
 
 nn::Performer& performer(const std::shared_ptr<nn::Attention>& a) { return dynamic_cast<nn::Performer&>(*a); }
 
-// phi(z) = exp(W z' - ||z'||^2 / 2) / sqrt(m), z' = z / dk^(1/4): unshifted, as the spec writes it.
+// phi(z) = exp(W z' - ||z'||^2 / 2) / sqrt(m), z' = z / dk^(1/4): unshifted, as docs/attention.md writes it.
 FeatureMap favor(const Tensor& projection) {
   const int64_t m = projection.size(0), dk = projection.size(1);
   auto w = projection.to_vector<double>();

@@ -1,5 +1,5 @@
-// routing (ATTENTION_SPEC.md section 2, Routing Transformer): the grouped fast path against a
-// dense twin written plainly from the spec (its own cluster assignment with loops), the
+// routing (docs/attention.md, "routing"; Routing Transformer): the grouped fast path against a
+// dense twin written plainly from docs/attention.md (its own cluster assignment with loops), the
 // one-cluster identity with mha, masks and empty rows, the diagonal when q[n] and k[n] part
 // ways, the centroid update against a plain computation, gradients, pruning, errors and the
 // docs example. The golden cases are run by tests/efficient/test_lsh.cpp's runner.

@@ -1,4 +1,4 @@
-// sinkhorn (ATTENTION_SPEC.md section 2): a dense twin of the spec's formulas (output and the
+// sinkhorn (docs/attention.md, "sinkhorn"): a dense twin of the documented formulas (output and the
 // effective attention over the original keys), the one-block identity with mha, the sort
 // matrix's normalisation, gradients for every option, key masks (a fully masked key set gives
 // zero head outputs), pruning, errors, parameter names and init, and the docs example.

@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """Golden outputs and gradients from PyTorch for attnlab's multi-head attention variants.
 
-The modules below are written from ATTENTION_SPEC.md sections 1.1-1.5 alone (mha,
-talking_heads, collaborative, synthesizer, Hard Concrete gates in eval mode, head_mask), with
+The modules below are written from docs/attention.md ("mha" to "collaborative", "Head gates") alone
+(mha, talking_heads, collaborative, synthesizer, Hard Concrete gates in eval mode, head_mask), with
 exactly attnlab's parameter and buffer names and shapes, so their state dicts load strictly into
 `nn::make_attention(spec, d_model)`. tests/attention/test_attention_golden.cpp reads the file
 this script writes:
@@ -27,7 +27,7 @@ import torch.nn as tnn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 
-# ---- spec section 0 ----
+# ---- docs/attention.md: conventions ----
 
 def allowed_mask(mask, n, m, causal):
     allowed = mask

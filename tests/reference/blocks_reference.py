@@ -1,13 +1,13 @@
 #!/usr/bin/python3
 """Golden outputs and gradients from PyTorch for attnlab's `longformer` and `bigbird`.
 
-The modules below are dense-masked implementations written from ATTENTION_SPEC.md section 2
-alone: they build the full (N, M) "allowed" matrix from the spec's rule and run masked softmax
-attention, with exactly attnlab's parameter and buffer names (q_proj, k_proj, v_proj, out_proj,
-q_global, k_global, v_global, gate.log_alpha, head_mask, random_blocks), so their state dicts
-load strictly into `nn::make_attention(spec, d_model)`. bigbird's random_blocks are drawn here,
-by NumPy, and attnlab loads them from the file. tests/efficient/test_bigbird.cpp reads the file
-this script writes:
+The modules below are dense-masked implementations written from docs/attention.md
+("longformer", "bigbird") alone: they build the full (N, M) "allowed" matrix from the documented rule
+and run masked softmax attention, with exactly attnlab's parameter and buffer names (q_proj, k_proj,
+v_proj, out_proj, q_global, k_global, v_global, gate.log_alpha, head_mask, random_blocks), so their
+state dicts load strictly into `nn::make_attention(spec, d_model)`. bigbird's random_blocks are
+drawn here, by NumPy, and attnlab loads them from the file. tests/efficient/test_bigbird.cpp reads
+the file this script writes:
 
     /usr/bin/python3 tests/reference/blocks_reference.py   # rewrites blocks_golden.safetensors
 

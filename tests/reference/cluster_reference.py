@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """Golden outputs, gradients and updated buffers from PyTorch for attnlab's clustering variants.
 
-`lsh` (Reformer) and `routing` (Routing Transformer) are written below from ATTENTION_SPEC.md
-section 2 alone, with attnlab's parameter and buffer names and shapes, and *densely*: every
+`lsh` (Reformer) and `routing` (Routing Transformer) are written below from docs/attention.md
+("lsh", "routing") alone, with attnlab's parameter and buffer names and shapes, and *densely*: every
 round's allowed set is an N x N boolean matrix built from chunk ids, and routing's from cluster
 ids, so nothing here shares the sorted/grouped layout of attnlab's fast paths. The buffers
 (`rotations`, `centroids`) are random and stored with the weights, so both sides hash and route

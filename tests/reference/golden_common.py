@@ -1,5 +1,5 @@
 """What the attention reference scripts share (attention, patterns, blocks, cluster, lowrank and
-kernelmix_reference.py): the spec's section-0 pieces every variant uses (masked softmax with
+kernelmix_reference.py): the shared conventions' pieces every variant uses (masked softmax with
 empty rows, head split/merge, the Hard Concrete gate in eval mode, head_mask and out_proj),
 seeded random weights, and the case records tests/golden.hpp reads:
 
@@ -39,7 +39,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 torch.set_default_dtype(torch.float64)
 
 
-# ---- spec section 0 and 1.4 ----
+# ---- docs/attention.md: conventions and head gates ----
 
 def masked_softmax(s, allowed):
     """softmax over the last dim of s (..., N, M) where `allowed` (broadcastable; None = all) is

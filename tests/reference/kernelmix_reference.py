@@ -1,10 +1,10 @@
 #!/usr/bin/python3
 """Golden outputs and gradients from PyTorch for attnlab's linear, performer, fnet and mixer.
 
-The modules below are written from ATTENTION_SPEC.md sections 0 and 2 alone, with exactly
-attnlab's parameter and buffer names and shapes, so their state dicts load strictly into
-`nn::make_attention(spec, d_model)`. tests/efficient/kernelmix_testing.hpp reads the file this
-script writes:
+The modules below are written from docs/attention.md (conventions, "linear" to "mixer") alone,
+with exactly attnlab's parameter and buffer names and shapes, so their state dicts load
+strictly into `nn::make_attention(spec, d_model)`. tests/efficient/kernelmix_testing.hpp reads
+the file this script writes:
 
     /usr/bin/python3 tests/reference/kernelmix_reference.py   # rewrites kernelmix_golden.safetensors
 
@@ -17,7 +17,7 @@ The file's layout is golden_common.py's; performer's `projection` is a sign-corr
 orthogonal draw, CASE/attention the implicit normalised matrix (B, h, N, M) of linear and
 performer (fnet and mixer have none, nor a head_mask). The layer is called in eval mode with
 causal=false (causality comes from the spec) and need_weights. A query with no allowed key
-gives a zero output and a zero attention row, also with eps = 0 (spec section 0).
+gives a zero output and a zero attention row, also with eps = 0 (docs/attention.md, conventions).
 """
 import math
 import os

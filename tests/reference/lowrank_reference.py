@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """Golden outputs and gradients from PyTorch for attnlab's sinkhorn, linformer, compressed and
-nystrom attention (ATTENTION_SPEC.md section 2).
+nystrom attention (docs/attention.md).
 
-The modules below are written from the spec's bullets alone, in plain PyTorch (nn.Linear,
+The modules below are written from the documented bullets alone, in plain PyTorch (nn.Linear,
 nn.Conv1d, nn.Conv2d, logsumexp, einsum), with exactly attnlab's parameter and buffer names and
 shapes, so their state dicts load strictly into `nn::make_attention(spec, d_model)`.
 tests/efficient/test_lowrank_golden.cpp reads the file this script writes:
@@ -26,7 +26,7 @@ import torch.nn as tnn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 
-# ---- key masks (spec section 0) ----
+# ---- key masks (docs/attention.md, conventions) ----
 
 def key_rows(mask):
     """(B|1, h|1, 1, M) key mask -> (B|1, h|1, M, 1) float, for zeroing rows."""

@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """Golden outputs and gradients from PyTorch for attnlab's positional sparse patterns.
 
-local, sparse_strided, sparse_fixed and dilated (ATTENTION_SPEC.md section 2) are written here
-the plain way: MHA projections, the dense (N, M) score matrix, the spec's allowed-rule as a
+local, sparse_strided, sparse_fixed and dilated (docs/attention.md) are written here
+the plain way: MHA projections, the dense (N, M) score matrix, the documented allowed-rule as a
 boolean mask (with causal and the user's mask), a masked softmax, P V, head gates / head_mask,
 out_proj. The parameter and buffer names are attnlab's (q_proj, k_proj, v_proj, out_proj,
 gate.log_alpha, head_mask), so the state dicts load strictly into
@@ -14,8 +14,8 @@ script writes:
 The file's layout is golden_common.py's, CASE/attention being the densified probabilities.
 The layer runs in eval mode with causal=false at the call (causality comes from the spec).
 
-A query row with no allowed key gives zero probabilities and a zero head output (spec
-section 0); golden_common.masked_softmax() defines that row.
+A query row with no allowed key gives zero probabilities and a zero head output
+(docs/attention.md, conventions); golden_common.masked_softmax() defines that row.
 """
 import math
 import os
@@ -27,7 +27,7 @@ from golden_common import Projected, masked_softmax, split_heads  # noqa: E402
 import torch  # noqa: E402
 
 
-# ---- the spec's rules (section 2), on raw indices n < N, m < M ----
+# ---- the allowed rules of docs/attention.md, on raw indices n < N, m < M ----
 
 def local_rule(w):
     return lambda n, m: (n - m).abs() <= w

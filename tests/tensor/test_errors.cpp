@@ -1,5 +1,5 @@
 // Misuse gives a typed exception whose message names the op and the shapes, dims or values it
-// saw (STYLE.md rule 10), never a crash. One case per family of mistakes.
+// saw (docs/conventions.md, "Errors"), never a crash. One case per family of mistakes.
 #include "tensor_testing.hpp"
 
 using namespace attnlab;

@@ -1,7 +1,7 @@
 // Tiled ("flash") attention over a sparse pattern: the kernel behind the positional patterns
-// (local, sparse_strided, sparse_fixed, dilated; ATTENTION_SPEC.md section 2) and the seed of
-// a general flash attention. One differentiable op with a hand-written backward, after
-// Dao et al. 2022 (FlashAttention) and Dao 2023 (FlashAttention-2):
+// (local, sparse_strided, sparse_fixed, dilated; docs/attention.md, "local" to "dilated") and the
+// seed of a general flash attention. One differentiable op with a hand-written backward, after Dao
+// et al. 2022 (FlashAttention) and Dao 2023 (FlashAttention-2):
 //
 //   forward, per (batch b, head h, query tile):    for each key tile the pattern can touch
 //     S = scale * Q_t K_c^T                   (BLAS)        // (TQ, TK)
