@@ -1,6 +1,7 @@
 # attnlab: the two commands of the README, plus a few for developers.
 #   make demo            install missing Debian packages, build (Release), run the main job
 #   make test            same set-up, then every test through CTest
+#   make cli             only the library and build/attnlab (what `make demo` builds)
 #   make test-sanitize   the whole suite under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make bench           attnlab against PyTorch/OpenBLAS on this machine (needs python3-torch)
 #   make bench-lra       every attention variant, N = 1K ... 16K: time and memory against mha
@@ -9,7 +10,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build demo test test-sanitize bench bench-lra bench-attention clean
+.PHONY: all deps build cli demo test test-sanitize bench bench-lra bench-attention clean
 
 all: build
 
@@ -22,7 +23,11 @@ $(BUILD)/CMakeCache.txt: | deps
 build: deps $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
 
-demo: build
+# The demo needs only the library and the CLI: the test suite is built by `make test`.
+cli: deps $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS) --target attnlab_cli
+
+demo: cli
 	./$(BUILD)/attnlab demo
 
 test: build
