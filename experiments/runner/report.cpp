@@ -149,6 +149,23 @@ double judged(const Run& r, const std::string& metric, const std::string& minus)
   return minus.empty() ? lookup(r, metric) : lookup(r, metric) - lookup(r, minus);
 }
 
+bool has_complete(const std::vector<Group>& groups, const ReportSpec::Selector& sel) {
+  return std::any_of(groups.begin(), groups.end(), [&](const Group& g) { return g.matches(sel); });
+}
+
+// ValueError naming `what` when no planned run of the sweep has the selector's values.
+void check_planned(const SweepSpec& spec, const ReportSpec::Selector& sel, const std::string& what) {
+  for (const Point& p : expand_sweep(spec)) {
+    bool all = true;
+    for (const auto& [k, v] : sel) {
+      auto it = std::find_if(p.begin(), p.end(), [&](const auto& kv) { return kv.first == k; });
+      all = all && it != p.end() && same_value(json::parse(point_to_json({*it}))[k], v);
+    }
+    if (all) return;
+  }
+  fail<ValueError>("{} = {{{}}} names no configuration of the sweep", what, selector_text(sel));
+}
+
 // A metric of a and b on the seeds both ran, in seed order.
 std::pair<std::vector<double>, std::vector<double>> paired_values(const Group& a, const Group& b, const std::string& metric,
                                                                   const std::string& minus = "") {
@@ -202,6 +219,18 @@ std::string comparisons(const SweepSpec& spec, const std::vector<Group>& groups,
     const std::string metric = (e.metric.empty() ? headline : e.metric) + (e.minus.empty() ? "" : " - " + e.minus);
     const std::string& base_metric = e.metric.empty() ? headline : e.metric;
     const std::string what = fmt::format("report.expect '{}'", e.name);
+    // A configuration the sweep plans but has not completed yet gives an open verdict, so that a
+    // report of an unfinished sweep still judges the rest; a selector naming nothing planned is a
+    // typo and an error.
+    if (!has_complete(groups, e.a) || (!e.b.empty() && !has_complete(groups, e.b))) {
+      check_planned(spec, e.a, what + " a");
+      if (!e.b.empty()) check_planned(spec, e.b, what + " b");
+      md += fmt::format("| {} | `{}` | {} | - | 0 | **inconclusive** (no complete runs yet) |\n", e.name, metric,
+                        relation_name(e.relation));
+      csv += fmt::format("{},{},{},{},{},nan,nan,nan,0,inconclusive\n", quoted(e.name), quoted(metric),
+                         relation_name(e.relation), quoted(selector_text(e.a)), quoted(selector_text(e.b)));
+      continue;
+    }
     const Group& a = select(groups, e.a, what + " a");
     Interval in;
     std::string relation = relation_name(e.relation);

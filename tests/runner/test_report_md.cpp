@@ -191,5 +191,19 @@ value = 0.5
 )x");
   CHECK_THROWS_WITH_AS(write_report(dir, log), doctest::Contains("report.expect 'eight heads' a = {model.heads=8} names no"),
                        ValueError);
+  // A configuration the sweep plans but has not completed gives an open verdict, not an error.
+  write_text_atomic((dir / "sweep.toml").string(), R"x(experiment = "x"
+seeds = [0, 1, 2]
+[grid]
+"model.attention" = ["mha", "local(window=4)"]
+"model.heads" = [2, 4, 8]
+[[report.expect]]
+name = "eight heads"
+a = { "model.attention" = "mha", "model.heads" = 8 }
+relation = "above"
+value = 0.5
+)x");
+  CHECK(read(write_report(dir, log)).find("| eight heads | `val_acc` | above | - | 0 | **inconclusive** (no complete runs yet) |") !=
+        std::string::npos);
   fs::remove_all(dir);
 }
