@@ -42,18 +42,26 @@ void fake_run(const fs::path& dir, int id, const std::string& attention, int hea
                                 attention == "mha" ? 3.0 : 1.5, 100 * heads, acc));
 }
 
-}  // namespace
-
-TEST_CASE("report: mean ± std over seeds per configuration, sorted, with valid SVG plots") {
-  const fs::path dir = fs::temp_directory_path() / fmt::format("attnlab_report_{}", getpid());
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  write_text_atomic((dir / "sweep.toml").string(), R"x(experiment = "x"
+// The sweep file of the fake runs: two attentions x two head counts x three seeds.
+const std::string kSweepHead = R"x(experiment = "x"
 seeds = [0, 1, 2]
 [grid]
 "model.attention" = ["mha", "local(window=4)"]
 "model.heads" = [2, 4]
-[report]
+)x";
+
+fs::path fresh_dir(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / fmt::format("attnlab_{}_{}", name, getpid());
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+}  // namespace
+
+TEST_CASE("report: mean ± 95% half-width over seeds per configuration, sorted, with valid SVG plots") {
+  const fs::path dir = fresh_dir("report");
+  write_text_atomic((dir / "sweep.toml").string(), kSweepHead + R"x([report]
 metric = "val_acc"
 x = "model.heads"
 curves = ["train_loss"]
@@ -108,9 +116,7 @@ bubble = { x = "steps_per_s", y = "val_acc", size = "peak_rss_mb", label = "mode
 }
 
 TEST_CASE("report: a directory without sweep.toml, and an unknown headline metric, are errors") {
-  const fs::path dir = fs::temp_directory_path() / fmt::format("attnlab_report_bad_{}", getpid());
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  const fs::path dir = fresh_dir("report_bad");
   std::ostringstream log;
   CHECK_THROWS_WITH_AS(write_report(dir, log), doctest::Contains("not a sweep directory (no sweep.toml)"), FileError);
   write_text_atomic((dir / "sweep.toml").string(), "experiment = \"x\"\n[report]\nmetric = \"bleu\"\n");
@@ -121,15 +127,8 @@ TEST_CASE("report: a directory without sweep.toml, and an unknown headline metri
 }
 
 TEST_CASE("report: paired differences against the baseline and a verdict per declared expectation") {
-  const fs::path dir = fs::temp_directory_path() / fmt::format("attnlab_report_expect_{}", getpid());
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  write_text_atomic((dir / "sweep.toml").string(), R"x(experiment = "x"
-seeds = [0, 1, 2]
-[grid]
-"model.attention" = ["mha", "local(window=4)"]
-"model.heads" = [2, 4]
-[report]
+  const fs::path dir = fresh_dir("report_expect");
+  write_text_atomic((dir / "sweep.toml").string(), kSweepHead + R"x([report]
 metric = "val_acc"
 baseline = { "model.attention" = "mha", "model.heads" = 2 }
 [[report.expect]]
@@ -178,12 +177,7 @@ value = 0.75
   CHECK(csv.find(",holds\n") != std::string::npos);
 
   // A selector that names no configuration is an error naming the expectation.
-  write_text_atomic((dir / "sweep.toml").string(), R"x(experiment = "x"
-seeds = [0, 1, 2]
-[grid]
-"model.attention" = ["mha", "local(window=4)"]
-"model.heads" = [2, 4]
-[[report.expect]]
+  write_text_atomic((dir / "sweep.toml").string(), kSweepHead + R"x([[report.expect]]
 name = "eight heads"
 a = { "model.heads" = 8 }
 relation = "above"
