@@ -19,10 +19,12 @@ namespace {
 // to rounding) and for any length, so neither forward nor decoding has a position limit.
 Tensor rope(const Tensor& u, int64_t offset) {
   const int64_t n = u.size(-2), dr = u.size(-1), half = dr / 2;
+  std::vector<double> theta(half);  // theta_j = 10000^(-2j/dr)
+  for (int64_t j = 0; j < half; ++j) theta[j] = std::pow(10000.0, -2.0 * double(j) / double(dr));
   std::vector<double> c(n * dr), s(n * dr);  // (N, dr): cat(freqs, freqs)
   for (int64_t p = 0; p < n; ++p)
     for (int64_t j = 0; j < half; ++j) {
-      const double angle = double(offset + p) * std::pow(10000.0, -2.0 * double(j) / double(dr));
+      const double angle = double(offset + p) * theta[j];
       c[p * dr + j] = c[p * dr + j + half] = std::cos(angle);
       s[p * dr + j] = s[p * dr + j + half] = std::sin(angle);
     }

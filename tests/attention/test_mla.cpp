@@ -8,6 +8,7 @@
 
 #include "autograd/grad_helpers.hpp"
 #include "golden.hpp"
+#include "nn/attention/cp_decomposition.hpp"
 #include "nn/attention/mha.hpp"
 #include "nn/attention/mla.hpp"
 #include "nn/attention/registry.hpp"
@@ -167,23 +168,24 @@ TEST_CASE("mla decoding: the cache holds r + dr numbers per token; plain and abs
   }
 }
 
-TEST_CASE("mla represents any bias-free mha of the same sizes when r = h (dk + dv) (RMSNorm in its linear regime)") {
-  // mha: h = 2, dk = 3, dv = 2, D = 8. mla: r = h (dk + dv) = 10, dr = 2.
-  //  - kv_down's latent rows are delta * [Wk_0; Wv_0; Wk_1; Wv_1] (kv_up's head layout) and kv_up is
-  //    the identity, so the latent is delta * (k, v) of the mha;
-  //  - RMSNorm(z) = z / sqrt(mean(z^2) + eps) is z / sqrt(eps) (1 + O(delta^2 mean(y^2) / eps)) for
-  //    z = delta y: with kv_norm.weight = sqrt(eps) / delta the latent is (k, v) times
-  //    1 / sqrt(1 + delta^2 mean(y^2) / eps), which at delta = 1e-9 and mean(y^2) ~ 10 is
-  //    1 - 5e-12: equal to float64 rounding at the tolerance below. (No finite delta is exact:
-  //    RMSNorm is not linear; docs/attention.md, "mla".)
+TEST_CASE("mla represents any bias-free mha of the same sizes when r = h (dk + dv)") {
+  // mha: h = 2, dk = dv = 2, D = 8. mla: r = h (dk + dv) = 8, dr = 2. The construction:
+  //  - kv_down's latent rows are delta * A, A = [Wk_0; Wv_0; Wk_1; Wv_1] (kv_up's head layout),
+  //    and kv_up is the identity, so before RMSNorm the latent is delta * y, y = x A^T = (k, v);
   //  - the RoPE query rows are zero (so kr does not matter) and the no-RoPE query rows are the
   //    mha's scaled by sqrt((dk + dr) / dk), which turns mla's 1/sqrt(dk + dr) into mha's 1/sqrt(dk).
-  const int64_t h = 2, dk = 3, dv = 2, dr = 2, r = h * (dk + dv), D = 8;
-  auto mha = make_attention("mha(heads=2, key_size=3, value_size=2, bias=false, causal=true)", D);
+  // RMSNorm then gives c = y * w delta / sqrt(delta^2 mean(y^2) + eps) per position. Two forms of
+  // the statement are exact to float64 rounding (docs/attention.md, "mla"):
+  //  1. any input, in RMSNorm's linear regime: w = sqrt(eps) / delta makes c = y / sqrt(1 +
+  //     delta^2 mean(y^2) / eps), at delta = 1e-9 and mean(y^2) ~ 10 a factor 1 - 5e-12;
+  //  2. delta = 1 and inputs whose latent has a known RMS: x = Z (A A^T)^-1 A has x A^T = Z, and
+  //     Z's rows of norm sqrt(r) give mean(y^2) = 1, so w = sqrt(1 + eps) makes c = y.
+  const int64_t h = 2, dk = 2, dv = 2, dr = 2, r = h * (dk + dv), D = 8;
+  const double eps = 1e-6;
+  auto mha = make_attention("mha(heads=2, key_size=2, value_size=2, bias=false, causal=true)", D);
   mha->to(kFloat64);
   auto& m = static_cast<nn::MultiHeadAttention&>(*mha);
-  auto a = mla64("mla(heads=2, kv_rank=10, key_size=3, rope_size=2, value_size=2, causal=true)");
-  const double delta = 1e-9, eps = 1e-6;
+  auto a = mla64("mla(heads=2, kv_rank=8, key_size=2, rope_size=2, value_size=2, causal=true)");
   std::vector<Tensor> latent_rows, q_rows;
   for (int64_t i = 0; i < h; ++i) {
     latent_rows.push_back(narrow(m.k_proj->weight, 0, i * dk, dk));  // (dk, D)
@@ -191,19 +193,31 @@ TEST_CASE("mla represents any bias-free mha of the same sizes when r = h (dk + d
     q_rows.push_back(narrow(m.q_proj->weight, 0, i * dk, dk) * std::sqrt(double(dk + dr) / dk));
     q_rows.push_back(zeros({dr, D}, kFloat64));
   }
-  copy_into(narrow(a->kv_down->weight, 0, 0, r), cat(latent_rows, 0) * delta);
-  copy_into(a->kv_norm->weight, full({r}, std::sqrt(eps) / delta, kFloat64));
+  const Tensor A = cat(latent_rows, 0);  // (r, D)
   copy_into(a->kv_up->weight, eye(r, kFloat64));
   copy_into(a->q_proj->weight, cat(q_rows, 0));
   copy_into(a->out_proj->weight, m.out_proj->weight);
+  auto set_latent = [&](double delta, double w) {
+    copy_into(narrow(a->kv_down->weight, 0, 0, r), A * delta);
+    copy_into(a->kv_norm->weight, full({r}, w, kFloat64));
+  };
   Generator g(4);
   Tensor x = randn({2, 6, D}, g, kFloat64);
   Tensor want = mha->forward(x).output;
-  check_close("mla vs mha", a->forward(x).output, want, 1e-10, 1e-12);
-  // The construction is not vacuous: a visible RMS (delta = 1) moves the output.
-  copy_into(narrow(a->kv_down->weight, 0, 0, r), cat(latent_rows, 0));
-  copy_into(a->kv_norm->weight, full({r}, std::sqrt(eps), kFloat64));
-  CHECK_FALSE(allclose(a->forward(x).output, want, 1e-6, 1e-6));
+
+  set_latent(1e-9, std::sqrt(eps) / 1e-9);
+  check_close("linear regime, any input", a->forward(x).output, want, 1e-10, 1e-12);
+
+  set_latent(1.0, std::sqrt(1 + eps));
+  CHECK_FALSE(allclose(a->forward(x).output, want, 1e-4, 1e-4));  // a random input's RMS varies: not equal
+  Tensor z = randn({12, r}, g, kFloat64);
+  z = z * rsqrt(mean(square(z), {-1}, true));                                        // (12, r), mean(z^2) = 1
+  // x = Z (A A^T)^-1 A; the solver's small ridge is undone by one step of iterative refinement.
+  const Tensor gram = matmul(A, transpose(A, 0, 1));  // (r, r)
+  Tensor xs = matmul(nn::solve_normal_equations(gram, z), A);                                   // (12, D)
+  xs = xs + matmul(nn::solve_normal_equations(gram, z - matmul(xs, transpose(A, 0, 1))), A);  // x A^T = Z
+  Tensor xk = reshape(xs, {2, 6, D});
+  check_close("latent of known RMS", a->forward(xk).output, mha->forward(xk).output, 1e-10, 1e-12);
 }
 
 TEST_CASE("mla prune_heads equals the layer with the other heads masked out") {
