@@ -64,7 +64,8 @@ VariantSchema LatentAttention::schema() {
   }
   return {"mla", "multi-head latent attention (DeepSeek-AI 2024, DeepSeek-V2)", options,
           "O(B h N M (dk + dr + dv)) + projections O(B N D (rq + h (dk + dr)) + B N rq h (dk + dr) + B M D (r + dr) "
-          "+ B M r h (dk + dv) + B N h dv D); absorbed decoding step over L cached positions O(B h L (r + dr) + B h r (dk + dv))",
+          "+ B M r h (dk + dv) + B N h dv D); absorbed decoding, per new token over L cached positions, "
+          "O(B h L (r + dr) + B h r (dk + dv))",
           "O(B h N M) for the probabilities with need_weights, else O(B h (N + M) (dk + dr + dv)); decoding cache "
           "O(B L (r + dr))"};
 }
@@ -81,9 +82,10 @@ std::shared_ptr<Attention> LatentAttention::make(const Options& o, int64_t d_mod
   } else {
     const int64_t dk = c.head.key_size;
     if (dk % 4)
-      fail<ValueError>("mla: rope_size defaults to key_size/2, but key_size={} gives {}, not a positive even integer; "
-                       "give rope_size explicitly (a positive even integer)",
-                       dk, dk % 2 ? fmt::format("{}/2", dk) : std::to_string(dk / 2));
+      fail<ValueError>(
+          "mla: rope_size defaults to key_size/2, but key_size={} gives {}, not a positive even integer; "
+          "give rope_size explicitly (a positive even integer)",
+          dk, dk % 2 ? fmt::format("{}/2", dk) : std::to_string(dk / 2));
     c.rope_size = dk / 2;
   }
   c.absorb = o.get_bool("absorb");
@@ -107,7 +109,8 @@ LatentAttention::LatentAttention(int64_t d_model, const LatentConfig& c)
   kv_norm = register_module("kv_norm", std::make_shared<RMSNorm>(r, 1e-6));
   kv_up = register_module("kv_up", std::make_shared<Linear>(r, h * (dk + dv), false));
   out_proj = register_module("out_proj", std::make_shared<Linear>(h * dv, d_model, false));
-  if (c.head.gate.kind == "hard_concrete") gate = register_module("gate", std::make_shared<HardConcreteGate>(h, c.head.gate));
+  if (c.head.gate.kind == "hard_concrete")
+    gate = register_module("gate", std::make_shared<HardConcreteGate>(h, c.head.gate));
   head_mask = register_buffer("head_mask", ones({h}));
 }
 
@@ -116,7 +119,7 @@ double LatentAttention::scale() const { return 1.0 / std::sqrt(double(config.hea
 Tensor LatentAttention::queries(const Tensor& x, int64_t offset) const {
   const int64_t dk = config.head.key_size, dr = config.rope_size;
   Tensor q = q_proj ? (*q_proj)(x) : (*q_up)((*q_norm)((*q_down)(x)));  // (B, N, h*(dk+dr))
-  q = split_heads(q, config.head.heads);                                 // (B, h, N, dk+dr)
+  q = split_heads(q, config.head.heads);                                // (B, h, N, dk+dr)
   return cat({narrow(q, -1, 0, dk), rope(narrow(q, -1, dk, dr), offset)}, -1);
 }
 
@@ -128,15 +131,15 @@ LatentAttention::Latent LatentAttention::latent(const Tensor& src, int64_t offse
 
 std::pair<Tensor, Tensor> LatentAttention::keys_values(const Latent& lat) const {
   const int64_t h = config.head.heads, dk = config.head.key_size, dv = config.head.value_size;
-  Tensor kv = split_heads((*kv_up)(lat.c), h);               // (B, h, M, dk+dv)
+  Tensor kv = split_heads((*kv_up)(lat.c), h);                // (B, h, M, dk+dv)
   Tensor kr = expand(unsqueeze(lat.kr, 1), {-1, h, -1, -1});  // (B, h, M, dr), one key shared by the heads
   return {cat({narrow(kv, -1, 0, dk), kr}, -1), narrow(kv, -1, dk, dv)};
 }
 
 std::pair<Tensor, Tensor> LatentAttention::attend(const Tensor& q, const Tensor& k, const Tensor& v,
                                                   const Tensor& allowed) {
-  Tensor scores = matmul(q * scale(), transpose(k, -2, -1));                                  // (B, h, N, M)
-  Tensor p = softmax(scores, -1, allowed);                                                    // (B, h, N, M)
+  Tensor scores = matmul(q * scale(), transpose(k, -2, -1));                                 // (B, h, N, M)
+  Tensor p = softmax(scores, -1, allowed);                                                   // (B, h, N, M)
   Tensor o = matmul(attention_dropout(p, config.head.attn_dropout, is_training(), gen), v);  // (B, h, N, dv)
   return {o, p};
 }
@@ -146,7 +149,7 @@ AttentionResult LatentAttention::forward(const Tensor& x, const Tensor& context,
   const bool is_causal = causal || config.head.causal;
   const Tensor& src = check_inputs("mla", d_model_, x, context, is_causal);
   const int64_t N = x.size(1), M = src.size(1);
-  Tensor q = queries(x, 0);                // (B, h, N, dk+dr)
+  Tensor q = queries(x, 0);                   // (B, h, N, dk+dr)
   auto [k, v] = keys_values(latent(src, 0));  // (B, h, M, dk+dr), (B, h, M, dv)
   Tensor o, p;
   if (!need_weights) {
@@ -160,8 +163,8 @@ AttentionResult LatentAttention::forward(const Tensor& x, const Tensor& context,
   } else {
     std::tie(o, p) = attend(q, k, v, allowed_mask(mask, N, M, is_causal, "mla"));
   }
-  o = o * head_scale(gate, head_mask);                 // (B, h, N, dv)
-  return {(*out_proj)(merge_heads(o)), p};             // (B, N, D)
+  o = o * head_scale(gate, head_mask);      // (B, h, N, dv)
+  return {(*out_proj)(merge_heads(o)), p};  // (B, N, D)
 }
 
 std::unique_ptr<AttentionCache> LatentAttention::make_cache(int64_t batch, int64_t max_len) const {
@@ -181,8 +184,8 @@ Tensor LatentAttention::absorbed_step(const Tensor& q, const Latent& lat, const 
   Tensor q_lat = matmul(narrow(q, -1, 0, dk), w_uk);               // (B, h, T, r): q_nope_i W_uk_i
   Tensor c = unsqueeze(lat.c, 1), kr = unsqueeze(lat.kr, 1);       // (B, 1, L, r), (B, 1, L, dr)
   Tensor scores = matmul(q_lat, transpose(c, -2, -1)) + matmul(narrow(q, -1, dk, dr), transpose(kr, -2, -1));
-  Tensor p = softmax(scores * scale(), -1, allowed);               // (B, h, T, L)
-  return matmul(matmul(p, c), transpose(w_uv, -2, -1));            // (B, h, T, r) -> (B, h, T, dv)
+  Tensor p = softmax(scores * scale(), -1, allowed);     // (B, h, T, L)
+  return matmul(matmul(p, c), transpose(w_uv, -2, -1));  // (B, h, T, r) -> (B, h, T, dv)
 }
 
 Tensor LatentAttention::forward_step(const Tensor& x_new, AttentionCache& cache) {
@@ -195,8 +198,8 @@ Tensor LatentAttention::forward_step(const Tensor& x_new, AttentionCache& cache)
   write_rows(c.c, 1, c.length, fresh.c);  // rows [length, L)
   write_rows(c.kr, 1, c.length, fresh.kr);
   const Latent all{narrow(c.c, 1, 0, L), narrow(c.kr, 1, 0, L)};  // (B, L, r), (B, L, dr)
-  const Tensor allowed = step_causal_mask(T, c.length);          // (T, L) or undefined
-  Tensor o;                                                        // (B, h, T, dv)
+  const Tensor allowed = step_causal_mask(T, c.length);           // (T, L) or undefined
+  Tensor o;                                                       // (B, h, T, dv)
   if (config.absorb) {
     o = absorbed_step(q, all, allowed);
   } else {

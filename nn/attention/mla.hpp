@@ -29,11 +29,11 @@
 namespace attnlab::nn {
 
 struct LatentConfig {
-  HeadConfig head;       // heads, key_size dk (no-RoPE part), value_size dv, causal, dropout, gate
-  int64_t kv_rank = 0;   // r
-  int64_t q_rank = 0;    // rq; 0 = queries not compressed
-  int64_t rope_size = 0; // dr, even and positive
-  bool absorb = true;    // forward_step: absorbed (true) or plain decoding
+  HeadConfig head;        // heads, key_size dk (no-RoPE part), value_size dv, causal, dropout, gate
+  int64_t kv_rank = 0;    // r
+  int64_t q_rank = 0;     // rq; 0 = queries not compressed
+  int64_t rope_size = 0;  // dr, even and positive
+  bool absorb = true;     // forward_step: absorbed (true) or plain decoding
 };
 
 // The decoding cache: the normalised latent c and the rotated RoPE key of every position so
@@ -59,15 +59,15 @@ class LatentAttention : public Attention {
   Tensor forward_step(const Tensor& x_new, AttentionCache& cache) override;
 
   LatentConfig config;
-  std::shared_ptr<Linear> q_proj;                 // (h*(dk+dr), D); q_rank = 0 only
-  std::shared_ptr<Linear> q_down, q_up;           // (rq, D), (h*(dk+dr), rq); q_rank > 0 only
-  std::shared_ptr<RMSNorm> q_norm;                // (rq); q_rank > 0 only
-  std::shared_ptr<Linear> kv_down, kv_up;         // (r + dr, D), (h*(dk+dv), r)
-  std::shared_ptr<RMSNorm> kv_norm;               // (r)
-  std::shared_ptr<Linear> out_proj;               // (D, h*dv)
-  std::shared_ptr<HardConcreteGate> gate;         // null unless gate=hard_concrete
-  Tensor head_mask;                               // (h) buffer, ones
-  Generator gen;                                  // attention dropout
+  std::shared_ptr<Linear> q_proj;          // (h*(dk+dr), D); q_rank = 0 only
+  std::shared_ptr<Linear> q_down, q_up;    // (rq, D), (h*(dk+dr), rq); q_rank > 0 only
+  std::shared_ptr<RMSNorm> q_norm;         // (rq); q_rank > 0 only
+  std::shared_ptr<Linear> kv_down, kv_up;  // (r + dr, D), (h*(dk+dv), r)
+  std::shared_ptr<RMSNorm> kv_norm;        // (r)
+  std::shared_ptr<Linear> out_proj;        // (D, h*dv)
+  std::shared_ptr<HardConcreteGate> gate;  // null unless gate=hard_concrete
+  Tensor head_mask;                        // (h) buffer, ones
+  Generator gen;                           // attention dropout
 
  private:
   struct Latent {

@@ -60,23 +60,23 @@ void run_case(const std::string& name) {
 TEST_CASE("mla parameters: names and shapes with q_rank = 0 and q_rank > 0, no biases, head_mask") {
   // h = 2, dk = 3, dr = 2, dv = 5, r = 4, D = 8
   auto plain = make_attention("mla(heads=2, kv_rank=4, key_size=3, rope_size=2, value_size=5)", 8);
-  CHECK(names_of(*plain) == std::vector<std::string>{"q_proj.weight(10,8)", "kv_down.weight(6,8)",
-                                                     "kv_norm.weight(4)", "kv_up.weight(16,4)",
-                                                     "out_proj.weight(8,10)"});
-  auto compressed = make_attention("mla(heads=2, kv_rank=4, q_rank=3, key_size=3, rope_size=2, value_size=5, "
-                                   "gate=hard_concrete)", 8);
-  CHECK(names_of(*compressed) == std::vector<std::string>{"q_down.weight(3,8)", "q_norm.weight(3)",
-                                                          "q_up.weight(10,3)", "kv_down.weight(6,8)",
-                                                          "kv_norm.weight(4)", "kv_up.weight(16,4)",
-                                                          "out_proj.weight(8,10)", "gate.log_alpha(2)"});
+  CHECK(names_of(*plain) == std::vector<std::string>{"q_proj.weight(10,8)", "kv_down.weight(6,8)", "kv_norm.weight(4)",
+                                                     "kv_up.weight(16,4)", "out_proj.weight(8,10)"});
+  const std::string gated = "mla(heads=2, kv_rank=4, q_rank=3, key_size=3, rope_size=2, value_size=5, gate=hard_concrete)";
+  auto compressed = make_attention(gated, 8);
+  CHECK(names_of(*compressed) == std::vector<std::string>{"q_down.weight(3,8)", "q_norm.weight(3)", "q_up.weight(10,3)",
+                                                          "kv_down.weight(6,8)", "kv_norm.weight(4)",
+                                                          "kv_up.weight(16,4)", "out_proj.weight(8,10)",
+                                                          "gate.log_alpha(2)"});
   auto bufs = compressed->named_buffers();
   REQUIRE(bufs.size() == 1);
   CHECK(bufs[0].first == "head_mask");
   CHECK(bufs[0].second.shape() == Dims{2});
   // Defaults: r = D/4, rq = 0, dk = dv = D/h, dr = dk/2; spec() pins every size and round-trips.
   auto d = make_attention("mla(heads=4)", 32);
-  CHECK(d->spec() == "mla(heads=4, kv_rank=8, q_rank=0, key_size=8, rope_size=4, value_size=8, causal=false, "
-                     "attn_dropout=0, absorb=true)");
+  CHECK(d->spec() ==
+        "mla(heads=4, kv_rank=8, q_rank=0, key_size=8, rope_size=4, value_size=8, causal=false, "
+        "attn_dropout=0, absorb=true)");
   CHECK(make_attention(compressed->spec(), 8)->spec() == compressed->spec());
   CHECK(compressed->l0_penalty().item<float>() > 0);
   CHECK(plain->l0_penalty().item<float>() == 0);
@@ -98,13 +98,12 @@ TEST_CASE("mla gradcheck on the composed and the fused path: q_rank 0 and > 0, c
     std::string spec;
     bool cross, causal, masked;
   };
-  for (const Case& c : {Case{"mla(heads=2, kv_rank=3, key_size=2, rope_size=2, value_size=3)", false, false, false},
-                        Case{"mla(heads=2, kv_rank=3, q_rank=3, key_size=2, rope_size=2)", false, true, false},
-                        Case{"mla(heads=2, kv_rank=2, key_size=2, rope_size=4, value_size=2)", false, false, true},
-                        Case{"mla(heads=2, kv_rank=3, q_rank=2, key_size=2, rope_size=2, value_size=2)", true, false,
-                             true},
-                        Case{"mla(heads=2, kv_rank=3, key_size=2, rope_size=2, gate=hard_concrete)", false, true,
-                             true}}) {
+  for (const Case& c :
+       {Case{"mla(heads=2, kv_rank=3, key_size=2, rope_size=2, value_size=3)", false, false, false},
+        Case{"mla(heads=2, kv_rank=3, q_rank=3, key_size=2, rope_size=2)", false, true, false},
+        Case{"mla(heads=2, kv_rank=2, key_size=2, rope_size=4, value_size=2)", false, false, true},
+        Case{"mla(heads=2, kv_rank=3, q_rank=2, key_size=2, rope_size=2, value_size=2)", true, false, true},
+        Case{"mla(heads=2, kv_rank=3, key_size=2, rope_size=2, gate=hard_concrete)", false, true, true}}) {
     auto a = mla64(c.spec);
     std::vector<Tensor> inputs = {nc_randn({2, 3, 8}, 1), nc_randn({2, 4, 8}, 2)};
     for (auto& [n, p] : a->named_parameters()) inputs.push_back(p);
@@ -118,9 +117,12 @@ TEST_CASE("mla gradcheck on the composed and the fused path: q_rank 0 and > 0, c
     }
     for (bool need_weights : {true, false}) {
       CAPTURE(need_weights);
-      check_grad(c.spec, [&](const std::vector<Tensor>& in) {
-        return a->forward(in[0], c.cross ? in[1] : Tensor(), mask, c.causal, need_weights).output;
-      }, inputs);
+      check_grad(
+          c.spec,
+          [&](const std::vector<Tensor>& in) {
+            return a->forward(in[0], c.cross ? in[1] : Tensor(), mask, c.causal, need_weights).output;
+          },
+          inputs);
     }
   }
 }
@@ -211,10 +213,10 @@ TEST_CASE("mla represents any bias-free mha of the same sizes when r = h (dk + d
   set_latent(1.0, std::sqrt(1 + eps));
   CHECK_FALSE(allclose(a->forward(x).output, want, 1e-4, 1e-4));  // a random input's RMS varies: not equal
   Tensor z = randn({12, r}, g, kFloat64);
-  z = z * rsqrt(mean(square(z), {-1}, true));                                        // (12, r), mean(z^2) = 1
+  z = z * rsqrt(mean(square(z), {-1}, true));  // (12, r), mean(z^2) = 1
   // x = Z (A A^T)^-1 A; the solver's small ridge is undone by one step of iterative refinement.
-  const Tensor gram = matmul(A, transpose(A, 0, 1));  // (r, r)
-  Tensor xs = matmul(nn::solve_normal_equations(gram, z), A);                                   // (12, D)
+  const Tensor gram = matmul(A, transpose(A, 0, 1));                                          // (r, r)
+  Tensor xs = matmul(nn::solve_normal_equations(gram, z), A);                                 // (12, D)
   xs = xs + matmul(nn::solve_normal_equations(gram, z - matmul(xs, transpose(A, 0, 1))), A);  // x A^T = Z
   Tensor xk = reshape(xs, {2, 6, D});
   check_close("latent of known RMS", a->forward(xk).output, mha->forward(xk).output, 1e-10, 1e-12);
@@ -275,6 +277,6 @@ TEST_CASE("mla doc example") {
   attn->eval();
   auto cache = attn->make_cache(/*batch=*/2, /*max_len=*/10);
   Tensor first = attn->forward_step(narrow(x, 1, 0, 1), *cache);  // (2, 1, 32)
-  CHECK(cache->numel() == 2 * 10 * (8 + 4));                       // (r + dr) per token
+  CHECK(cache->numel() == 2 * 10 * (8 + 4));                      // (r + dr) per token
   CHECK(allclose(first, narrow(r.output, 1, 0, 1), 1e-5, 1e-5));
 }
