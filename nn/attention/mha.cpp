@@ -55,11 +55,7 @@ AttentionResult MultiHeadAttention::forward(const Tensor& x, const Tensor& conte
     // (the readable twin, and the one that can return the probabilities) is what tests check
     // it against.
     check_mask(mask, N, M, "mha");
-    TilePattern pattern;
-    pattern.lo.assign(N, 0);
-    pattern.hi.resize(N);
-    for (int64_t n = 0; n < N; ++n) pattern.hi[n] = is_causal ? std::min(n + 1, M) : M;
-    pattern.mask = mask;
+    TilePattern pattern = dense_tile_pattern(N, M, is_causal, mask);
     TileOptions options;
     options.scale = scale;
     if (is_training() && config.attn_dropout > 0) options.dropout = config.attn_dropout, options.seed = gen.next_u64();

@@ -1,5 +1,6 @@
 // The decoding caches of the variants that override Attention::forward_step (talking_heads,
-// collaborative, synthesizer, local, linear, performer; mha is in test_generation.cpp): each
+// collaborative, synthesizer, local, linear, performer, mla on both decoding paths; mha is in
+// test_generation.cpp): each
 // step's rows equal the causal forward's, the cache stays the size the docs give, and cached
 // generation picks the same tokens as full recomputation.
 #include <string>
@@ -29,6 +30,8 @@ const std::vector<std::string> kVariants = {
     "local(window=2, heads=2",
     "linear(heads=2",
     "performer(heads=2, features=6",
+    "mla(heads=2, kv_rank=3",
+    "mla(heads=2, kv_rank=3, q_rank=4, absorb=false",
 };
 
 // Random gate parameters, so that every head gets another eval-mode gate value.
@@ -47,7 +50,9 @@ TEST_CASE("forward_step in chunks of 1, 3, 1, 2 positions equals the causal forw
   for (const std::string& base : kVariants) {
     for (const char* extra : {", bias=false, gate=hard_concrete)", ")"}) {
       for (DType dt : {kFloat64, kFloat32}) {
-        const std::string spec = base + extra;
+        std::string spec = base + extra;
+        if (base.rfind("mla", 0) == 0 && spec.find("bias=false") != std::string::npos)
+          spec = base + ", gate=hard_concrete)";  // mla has no biases to remove
         CAPTURE(spec);
         CAPTURE(dtype_name(dt));
         manual_seed(11);
