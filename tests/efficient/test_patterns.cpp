@@ -210,7 +210,8 @@ TEST_CASE("longer sequences: several tiles per part, every variant at defaults-l
 }
 
 TEST_CASE("float32 layers agree with float64 ones with the same weights") {
-  for (std::string spec : {"local(heads=2, window=7)", "sparse_strided(heads=2, stride=5)",
+  for (std::string spec : {"local(heads=2, window=7)", "local(heads=2, window=7, sink_tokens=3)",
+                           "sparse_strided(heads=2, stride=5)",
                            "sparse_fixed(heads=2, block=6, summary=2)", "dilated(heads=2, window=3, dilation=3)"}) {
     CAPTURE(spec);
     manual_seed(3);
@@ -337,8 +338,24 @@ TEST_CASE("pattern gradcheck: every variant, self and causal with padding, cross
   }
 }
 
+TEST_CASE("local with sinks gradcheck: cross-attention rows past the window attend the sinks alone") {
+  auto a = make64("local(heads=2, window=1, sink_tokens=2, key_size=3)");
+  Generator g(15);
+  Tensor x = randn({2, 8, 8}, g, kFloat64).requires_grad_();    // queries n = 0..7
+  Tensor ctx = randn({2, 4, 8}, g, kFloat64).requires_grad_();  // keys m = 0..3: rows n >= 5 see the sinks only
+  std::vector<Tensor> inputs = {x, ctx};
+  for (auto& [n, p] : a->named_parameters()) inputs.push_back(p);
+  Tensor mask = row_mask(2, 8, 4, 16);
+  auto probs = a->forward(x, ctx, mask, false, true).attention;  // (2, 2, 8, 4)
+  CHECK(probs.at({0, 0, 6, 2}) == 0.0);
+  CHECK(probs.at({0, 0, 6, 0}) + probs.at({0, 0, 6, 1}) == doctest::Approx(1.0));
+  auto r = gradcheck([&](const std::vector<Tensor>& in) { return a->forward(in[0], in[1], mask).output; }, inputs);
+  CHECK_MESSAGE(r.ok, r.message);
+}
+
 TEST_CASE("attention dropout (train mode) is the kernel's counter-based draw on the joint pattern") {
   for (const VariantCase& vc : {VariantCase{"sparse_strided(heads=2, stride=3, attn_dropout=0.3)", strided_rule(3)},
+                                VariantCase{"local(heads=2, window=2, sink_tokens=2, attn_dropout=0.4)", local_rule(2, 2)},
                                 VariantCase{"dilated(heads=2, window=2, dilation=2, attn_dropout=0.5)", dilated_rule(2, 2)}}) {
     CAPTURE(vc.spec);
     auto a = make64(vc.spec);
