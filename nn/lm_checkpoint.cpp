@@ -78,7 +78,7 @@ LoadedLM load_causal_lm(const std::string& path) {
   c.vocab_size = need_int(m, path, "lm.vocab_size");
   c.max_len = need_int(m, path, "lm.max_len");
   c.tie_weights = need_bool(m, path, "lm.tie_weights");
-  // Checkpoints written before LMConfig::positions existed have learned positions (pos_emb).
+  // lm.positions is optional: a file without it has learned positions (pos_emb).
   if (auto it = m.find("lm.positions"); it != m.end()) {
     if (it->second != "learned" && it->second != "none")
       fail<FileError>("{}: metadata lm.positions must be learned or none, got '{}'", path, it->second);

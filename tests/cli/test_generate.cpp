@@ -79,7 +79,7 @@ TEST_CASE("LM checkpoints record positions; a file without lm.positions loads as
   Tensor tokens = from_vector(std::vector<int64_t>{0, 1, 2, 3, 0, 1, 2, 3, 0, 1}, {1, 10});  // longer than max_len
   CHECK(testing::allclose(loaded.model->forward(tokens), lm.forward(tokens), 0, 0));
 
-  // A checkpoint written before the key existed: learned positions, its pos_emb loaded
+  // A checkpoint without the key: learned positions, its pos_emb loaded
   Metadata meta;
   TensorMap weights = load_safetensors(checkpoint(dir), &meta);
   REQUIRE(meta.erase("lm.positions") == 1);
