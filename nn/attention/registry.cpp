@@ -3,6 +3,7 @@
 #include "nn/attention/bigbird.hpp"
 #include "nn/attention/collaborative.hpp"
 #include "nn/attention/compressed.hpp"
+#include "nn/attention/diff.hpp"
 #include "nn/attention/fnet.hpp"
 #include "nn/attention/linear_attention.hpp"
 #include "nn/attention/linformer.hpp"
@@ -44,6 +45,8 @@ std::vector<Variant>& table() {
       {Performer::schema(), Performer::make},
       {FNet::schema(), FNet::make},
       {Mixer::schema(), Mixer::make},
+      // The attention of current models.
+      {DiffAttention::schema(), DiffAttention::make},
   };
   return t;
 }

@@ -566,4 +566,13 @@ TileAttentionResult tile_attention_reference(const Tensor& q, const Tensor& k, c
   return r;
 }
 
+TilePattern dense_pattern(int64_t n, int64_t m, bool causal, const Tensor& mask) {
+  TilePattern pattern;
+  pattern.lo.assign(n, 0);
+  pattern.hi.resize(n);
+  for (int64_t i = 0; i < n; ++i) pattern.hi[i] = causal ? std::min(i + 1, m) : m;
+  pattern.mask = mask;
+  return pattern;
+}
+
 }  // namespace attnlab::nn

@@ -43,6 +43,9 @@ struct TilePattern {
   Tensor mask;  // bool, broadcastable to (B, h, n_raw, m_raw), true = may attend; read at (q_pos, k_pos)
 };
 
+// The dense pattern of full attention: every key, or keys m <= n when causal, and the user's mask.
+TilePattern dense_pattern(int64_t n, int64_t m, bool causal, const Tensor& mask);
+
 struct TileOptions {
   double scale = 0;       // scores are scale * q . k; 0 means 1/sqrt(dk)
   double dropout = 0;     // attention dropout rate on the probabilities, in [0, 1)
