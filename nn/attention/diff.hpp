@@ -37,8 +37,8 @@ class DiffAttention : public Attention {
   Tensor lambda() const;
   double lambda_init() const;
 
-  HeadConfig config;  // key_size = dk, the size of one half
-  int64_t layer;      // 1-based depth, sets lambda_init
+  HeadConfig config;                                         // key_size = dk, the size of one half
+  int64_t layer;                                             // 1-based depth, sets lambda_init
   std::shared_ptr<Linear> q_proj, k_proj, v_proj, out_proj;  // q/k: (h*2*dk, D), head i owns rows [2i dk, (2i+2) dk)
   Tensor lambda_q1, lambda_k1, lambda_q2, lambda_k2;         // (dk) each, shared by the heads
   std::shared_ptr<RMSNorm> subln;                            // weight (dv), eps 1e-5

@@ -14,6 +14,7 @@
 #include "nn/attention/nystrom.hpp"
 #include "nn/attention/patterns.hpp"
 #include "nn/attention/performer.hpp"
+#include "nn/attention/retention.hpp"
 #include "nn/attention/routing.hpp"
 #include "nn/attention/sinkhorn.hpp"
 #include "nn/attention/synthesizer.hpp"
@@ -47,6 +48,7 @@ std::vector<Variant>& table() {
       {Mixer::schema(), Mixer::make},
       // The attention of current models.
       {DiffAttention::schema(), DiffAttention::make},
+      {Retention::schema(), Retention::make},
   };
   return t;
 }

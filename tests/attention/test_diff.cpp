@@ -65,9 +65,10 @@ TEST_CASE("diff parameters: names, shapes, the lambda init N(0, 0.1^2) and lambd
                                           "k_proj.bias(16)", "v_proj.weight(16,16)", "v_proj.bias(16)",
                                           "out_proj.weight(16,16)", "out_proj.bias(16)", "subln.weight(8)",
                                           "gate.log_alpha(2)"});  // q/k: h * 2 * dk rows, dk = D/(2h) = 4
-  CHECK(a->spec() == "diff(heads=2, key_size=4, value_size=8, layer=1, bias=true, causal=false, attn_dropout=0, "
-                     "gate=hard_concrete, gate_init=2, gate_temperature=0.33, gate_gamma=-0.1, gate_zeta=1.1, "
-                     "gate_hard=false)");
+  CHECK(a->spec() ==
+        "diff(heads=2, key_size=4, value_size=8, layer=1, bias=true, causal=false, attn_dropout=0, "
+        "gate=hard_concrete, gate_init=2, gate_temperature=0.33, gate_gamma=-0.1, gate_zeta=1.1, "
+        "gate_hard=false)");
   // 4 x 2000 draws of N(0, 0.01): the sample std is 0.1 within a few percent, the mean near 0.
   auto big = make_attention("diff(heads=1, key_size=2000, value_size=2)", 4);
   auto& d = as_diff(big);
@@ -121,10 +122,13 @@ TEST_CASE("diff gradcheck: both paths; self, causal, masked, cross-attention, ga
       std::vector<Tensor> inputs = {nc_randn({2, 3, 8}, 3), nc_randn({2, 4, 8}, 4)};
       for (auto& [n, p] : a->named_parameters()) inputs.push_back(p);
       Tensor mask = query_mask(3, causal ? 3 : 4, 5);
-      check_grad(spec, [&](const std::vector<Tensor>& in) {
-        return causal ? a->forward(in[0], {}, mask, false, need_weights).output
-                      : a->forward(in[0], in[1], mask, false, need_weights).output;
-      }, inputs);
+      check_grad(
+          spec,
+          [&](const std::vector<Tensor>& in) {
+            return causal ? a->forward(in[0], {}, mask, false, need_weights).output
+                          : a->forward(in[0], in[1], mask, false, need_weights).output;
+          },
+          inputs);
     }
   }
 }
@@ -165,8 +169,9 @@ TEST_CASE("diff forward_step in chunks equals the causal forward; the cache hold
 TEST_CASE("diff errors name the variant, the option, the value and what is allowed") {
   auto err = [](const std::string& spec, int64_t d = 8) { return error_of([&] { make_attention(spec, d); }); };
   CHECK(as_diff(make_attention("diff(heads=4)", 8)).config.key_size == 1);  // 8 / (2*4)
-  CHECK(err("diff(heads=8)").find("diff: key_size defaults to d_model/(2 heads), but 2*heads=16 does not divide "
-                                  "d_model=8; give key_size explicitly") != std::string::npos);
+  CHECK(err("diff(heads=8)")
+            .find("diff: key_size defaults to d_model/(2 heads), but 2*heads=16 does not divide "
+                  "d_model=8; give key_size explicitly") != std::string::npos);
   CHECK(err("diff(heads=2, layer=0)").find("diff: option layer=0: must be a 1-based depth >= 1") != std::string::npos);
   CHECK(err("diff(heads=2, window=3)").find("diff: unknown option window") != std::string::npos);
   CHECK(err("diff(heads=2, gate=soft)").find("gate=soft: expected one of none, hard_concrete") != std::string::npos);
@@ -174,10 +179,12 @@ TEST_CASE("diff errors name the variant, the option, the value and what is allow
   Generator g(10);
   Tensor x = randn({1, 3, 8}, g, kFloat64);
   CHECK(error_of([&] { a->forward(x, x); }).find("diff: causal attention needs self-attention") != std::string::npos);
-  CHECK(error_of([&] { a->forward(x, {}, ones({1, 1, 3, 3})); }).find("diff: the mask must be bool") !=
-        std::string::npos);
-  CHECK(error_of([&] { a->forward(randn({1, 3, 6}, g, kFloat64)); }).find("diff: input must be (B, N, 8)") !=
-        std::string::npos);
+  CHECK(error_of([&] {
+          a->forward(x, {}, ones({1, 1, 3, 3}));
+        }).find("diff: the mask must be bool") != std::string::npos);
+  CHECK(error_of([&] {
+          a->forward(randn({1, 3, 6}, g, kFloat64));
+        }).find("diff: input must be (B, N, 8)") != std::string::npos);
 }
 
 // The example in docs/attention.md, compiled and run.
@@ -185,23 +192,16 @@ TEST_CASE("diff doc example") {
   manual_seed(0);
   auto attn = nn::make_attention("diff(heads=4, layer=2)", 32);  // dk = 32/(2*4) = 4, dv = 8
   Generator gen(1);
-  Tensor x = randn({2, 10, 32}, gen);                             // (B, N, D)
+  Tensor x = randn({2, 10, 32}, gen);  // (B, N, D)
   auto r = attn->forward(x, {}, {}, /*causal=*/true, /*need_weights=*/true);
-  Tensor y = r.output;                                            // (2, 10, 32)
-  Tensor w = r.attention;                                         // (2, 4, 10, 10): P1 - lambda P2
-  Tensor fast = attn->forward(x, {}, {}, true).output;            // two fused kernel passes
+  Tensor y = r.output;                                  // (2, 10, 32)
+  Tensor w = r.attention;                               // (2, 4, 10, 10): P1 - lambda P2
+  Tensor fast = attn->forward(x, {}, {}, true).output;  // two fused kernel passes
   CHECK(y.shape() == Dims{2, 10, 32});
   CHECK(w.shape() == Dims{2, 4, 10, 10});
   CHECK(allclose(fast, y, 1e-4, 1e-5));
 }
 
 TEST_CASE("diff golden: the file's diff cases are the ones tested here") {
-  std::set<std::string> tensors, meta;
-  for (const std::string& c : golden().tensor_cases())
-    if (c.rfind("diff_", 0) == 0) tensors.insert(c);
-  for (const std::string& c : golden().cases())
-    if (c.rfind("diff_", 0) == 0) meta.insert(c);
-  const std::set<std::string> want(kCases.begin(), kCases.end());
-  CHECK(tensors == want);
-  CHECK(meta == want);
+  check_golden_cases(golden(), kCases, "diff_");
 }

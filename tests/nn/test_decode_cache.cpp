@@ -1,7 +1,7 @@
 // The decoding caches of the variants that override Attention::forward_step (talking_heads,
-// collaborative, synthesizer, local, linear, performer; mha is in test_generation.cpp): each
-// step's rows equal the causal forward's, the cache stays the size the docs give, and cached
-// generation picks the same tokens as full recomputation.
+// collaborative, synthesizer, local, linear, performer, diff, retention; mha is in
+// test_generation.cpp): each step's rows equal the causal forward's, the cache stays the size
+// the docs give, and cached generation picks the same tokens as full recomputation.
 #include <string>
 #include <vector>
 
@@ -29,6 +29,8 @@ const std::vector<std::string> kVariants = {
     "local(window=2, heads=2",
     "linear(heads=2",
     "performer(heads=2, features=6",
+    "diff(heads=2, key_size=3, value_size=3",
+    "retention(heads=2, key_size=3, chunk=3",
 };
 
 // Random gate parameters, so that every head gets another eval-mode gate value.
