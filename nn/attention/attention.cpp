@@ -195,4 +195,24 @@ std::vector<int64_t> check_keep(const std::vector<int64_t>& keep, int64_t heads,
   return keep;
 }
 
+void copy_pruned_state(const Attention& from, Attention& to, const std::vector<int64_t>& keep,
+                       const std::vector<std::pair<std::string, int64_t>>& head_rows, int64_t dv, const char* variant) {
+  NoGradGuard no_grad;
+  const TensorMap src = from.state_dict();
+  for (auto& [name, dst] : to.state_dict()) {
+    const Tensor& t = src.at(name);
+    const std::string module = name.substr(0, name.find('.'));
+    Tensor value = t;
+    for (const auto& [proj, d] : head_rows)
+      if (module == proj) value = take_heads(t, keep, d, 0);
+    if (name == "out_proj.weight") value = take_heads(t, keep, dv, 1);
+    if (name == "head_mask" || name == "gate.log_alpha") value = take_heads(t, keep, 1, 0);
+    if (value.shape() != dst.shape())
+      fail<ShapeError>("{}: prune_heads: {} pruned to {}, expected {}", variant, name, to_string(value.shape()),
+                       to_string(dst.shape()));
+    Tensor d = dst;
+    kernels::copy_(d, value);
+  }
+}
+
 }  // namespace attnlab::nn

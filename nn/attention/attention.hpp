@@ -122,6 +122,13 @@ Tensor key_mask(const Tensor& mask, int64_t n, int64_t m, const char* variant);
 bool is_key_mask(const Tensor& mask);
 // Validates `keep` for prune_heads: non-empty, in range, no repeats.
 std::vector<int64_t> check_keep(const std::vector<int64_t>& keep, int64_t heads, const char* variant);
+// prune_heads' copy from `from` into the smaller layer `to` (built with keep.size() heads), by name:
+// `<p>.weight`/`<p>.bias` of every projection p in `head_rows` take the kept heads' rows (the
+// mapped size per head), out_proj.weight the kept heads' columns (dv each), head_mask and
+// gate.log_alpha the kept entries; every other tensor (out_proj.bias, tensors shared by the
+// heads) is copied whole. A shape that does not come out right is an error naming the tensor.
+void copy_pruned_state(const Attention& from, Attention& to, const std::vector<int64_t>& keep,
+                       const std::vector<std::pair<std::string, int64_t>>& head_rows, int64_t dv, const char* variant);
 // ---- shared by the forward_step overrides ----
 
 // x_new must be (batch, T, d_model), T >= 1, with length + T <= max_len (max_len < 0: no limit).

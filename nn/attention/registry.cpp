@@ -3,6 +3,7 @@
 #include "nn/attention/bigbird.hpp"
 #include "nn/attention/collaborative.hpp"
 #include "nn/attention/compressed.hpp"
+#include "nn/attention/diff.hpp"
 #include "nn/attention/fnet.hpp"
 #include "nn/attention/linear_attention.hpp"
 #include "nn/attention/linformer.hpp"
@@ -14,6 +15,7 @@
 #include "nn/attention/nystrom.hpp"
 #include "nn/attention/patterns.hpp"
 #include "nn/attention/performer.hpp"
+#include "nn/attention/retention.hpp"
 #include "nn/attention/routing.hpp"
 #include "nn/attention/sinkhorn.hpp"
 #include "nn/attention/synthesizer.hpp"
@@ -46,7 +48,10 @@ std::vector<Variant>& table() {
       {Performer::schema(), Performer::make},
       {FNet::schema(), FNet::make},
       {Mixer::schema(), Mixer::make},
+      // The attention of current models.
       {LatentAttention::schema(), LatentAttention::make},
+      {DiffAttention::schema(), DiffAttention::make},
+      {Retention::schema(), Retention::make},
   };
   return t;
 }

@@ -1,8 +1,8 @@
 // The decoding caches of the variants that override Attention::forward_step (talking_heads,
-// collaborative, synthesizer, local, linear, performer, mla on both decoding paths; mha is in
-// test_generation.cpp): each
-// step's rows equal the causal forward's, the cache stays the size the docs give, and cached
-// generation picks the same tokens as full recomputation.
+// collaborative, synthesizer, local, linear, performer, mla on both decoding paths, diff,
+// retention; mha is in test_generation.cpp): each step's rows equal the causal forward's, the
+// cache stays the size the docs give, and cached generation picks the same tokens as full
+// recomputation.
 #include <string>
 #include <vector>
 
@@ -32,6 +32,8 @@ const std::vector<std::string> kVariants = {
     "performer(heads=2, features=6",
     "mla(heads=2, kv_rank=3",
     "mla(heads=2, kv_rank=3, q_rank=4, absorb=false",
+    "diff(heads=2, key_size=3, value_size=3",
+    "retention(heads=2, key_size=3, chunk=3",
 };
 
 // Random gate parameters, so that every head gets another eval-mode gate value.
