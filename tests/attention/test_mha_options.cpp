@@ -300,3 +300,84 @@ TEST_CASE("mha options: bad values are ValueErrors naming the option, the value 
     CHECK_MESSAGE(err.find(b.words) != std::string::npos, err);
   }
 }
+
+TEST_CASE("mha options: forward_step with the cache equals the causal forward over the positions so far") {
+  // Chunks of 3, 1, 2, 1 positions; each chunk's rows are compared with the causal forward over
+  // every position so far (sigmoid's default bias is -log of the keys so far, as in that forward).
+  for (std::string spec : {"mha(heads=4, kv_heads=2, rope=true, qk_norm=true)", "mha(heads=4, kv_heads=1, alibi=true, softcap=2)",
+                           "mha(heads=4, kv_heads=2, alibi=true, sinks=true, rope=true, rope_base=50)",
+                           "mha(heads=2, score=sigmoid, alibi=true, rope=true)", "mha(heads=2, score=softpick, qk_norm=true)",
+                           "mha(heads=3, key_size=2, value_size=3, kv_heads=3, alibi=true, gate=hard_concrete)"}) {
+    CAPTURE(spec);
+    auto a = options64(spec);
+    Generator g(21);
+    Tensor x = randn({2, 7, 8}, g, kFloat64);
+    auto cache = a->make_cache(2, 9);
+    int64_t at = 0;
+    for (int64_t t : {3, 1, 2, 1}) {
+      Tensor got = a->forward_step(narrow(x, 1, at, t), *cache);  // (2, t, 8)
+      at += t;
+      Tensor want = narrow(a->forward(narrow(x, 1, 0, at), {}, {}, true).output, 1, at - t, t);
+      CHECK(allclose(got, want, 1e-10, 1e-12));
+    }
+    CHECK(cache->length == 7);
+  }
+  // The cache holds g key/value heads: g/h of plain mha's.
+  auto plain = make_attention("mha(heads=4, key_size=3, value_size=5)", 8);
+  auto grouped = make_attention("mha(heads=4, key_size=3, value_size=5, kv_heads=2)", 8);
+  auto multi_query = make_attention("mha(heads=4, key_size=3, value_size=5, kv_heads=1)", 8);
+  const int64_t full = plain->make_cache(2, 10)->numel();
+  CHECK(full == 2 * 4 * 10 * (3 + 5));
+  CHECK(grouped->make_cache(2, 10)->numel() * 2 == full);
+  CHECK(multi_query->make_cache(2, 10)->numel() * 4 == full);
+}
+
+TEST_CASE("mha options: prune_heads keeps the kv heads still used; pruned equals masked") {
+  struct Case {
+    std::string spec;
+    std::vector<int64_t> keep;
+    int64_t kv_heads;
+    std::vector<int64_t> kv_index;  // empty: equal groups, no buffer
+  };
+  for (const Case& c : std::vector<Case>{
+           {"mha(heads=4, kv_heads=2, alibi=true, sinks=true, rope=true)", {0, 1, 2}, 2, {0, 0, 1}},
+           {"mha(heads=4, kv_heads=2, alibi=true)", {2, 0}, 2, {}},
+           {"mha(heads=4, kv_heads=2, softcap=2, score=sigmoid)", {3, 2}, 1, {}},
+           {"mha(heads=4, kv_heads=2, qk_norm=true, score=softpick)", {0, 2, 1, 3}, 2, {0, 1, 0, 1}},
+           {"mha(heads=6, key_size=2, value_size=2, kv_heads=3, alibi=true, sinks=true)", {5, 1, 0}, 2, {0, 1, 1}},
+       }) {
+    CAPTURE(c.spec);
+    auto a = options64(c.spec);
+    auto pruned = std::dynamic_pointer_cast<MultiHeadAttention>(a->prune_heads(c.keep));
+    REQUIRE(pruned);
+    CHECK(pruned->kv_heads() == c.kv_heads);
+    CHECK(pruned->options.kv_index == c.kv_index);
+    CHECK(pruned->kv_index.defined() == !c.kv_index.empty());
+    if (!c.kv_index.empty()) {
+      CHECK(pruned->kv_index.dtype() == kInt64);
+      CHECK(pruned->kv_index.to_vector<int64_t>() == c.kv_index);
+      CHECK(pruned->state_dict().count("kv_index") == 1);
+    }
+    // masked: the dropped heads' head_mask entries set to zero
+    std::vector<double> hm = a->head_mask.to_vector<double>();
+    for (int64_t i = 0; i < a->config.heads; ++i)
+      if (std::find(c.keep.begin(), c.keep.end(), i) == c.keep.end()) hm[i] = 0;
+    {
+      NoGradGuard no_grad;
+      copy_(a->head_mask, from_vector(hm));
+    }
+    Generator g(31);
+    Tensor x = randn({2, 5, 8}, g, kFloat64), ctx = randn({2, 6, 8}, g, kFloat64);
+    CHECK(allclose(pruned->forward(x, {}, {}, true, true).output, a->forward(x, {}, {}, true, true).output, 1e-11, 1e-12));
+    CHECK(allclose(pruned->forward(x, ctx).output, a->forward(x, ctx).output, 1e-11, 1e-12));
+    // the pinned spec rebuilds the pruned layer: its weights load strictly and give its output
+    auto rebuilt = make_attention(pruned->spec(), 8);
+    rebuilt->to(kFloat64);
+    REQUIRE_NOTHROW(rebuilt->load_state_dict(pruned->state_dict()));
+    rebuilt->eval();
+    CHECK(allclose(rebuilt->forward(x, ctx).output, pruned->forward(x, ctx).output, 0, 0));
+    // and its cache still decodes like its causal forward
+    auto cache = pruned->make_cache(2, 5);
+    CHECK(allclose(pruned->forward_step(x, *cache), pruned->forward(x, {}, {}, true).output, 1e-10, 1e-12));
+  }
+}
