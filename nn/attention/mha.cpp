@@ -226,10 +226,18 @@ Tensor MultiHeadAttention::probabilities(const Tensor& q, const Tensor& k, const
   return score_function(s, allowed);  // (B, h, N, M)
 }
 
-bool MultiHeadAttention::fused_supports() const {
-  const MhaOptions& o = options;
-  return o.kv_heads == config.heads && o.kv_index.empty() && !o.alibi && o.softcap == 0 && o.score == "softmax" &&
-         !o.sinks;
+bool MultiHeadAttention::fused_supports() const { return options.score != "softpick"; }
+
+TileOptions MultiHeadAttention::tile_options(int64_t M) {
+  TileOptions t;
+  t.scale = 1.0 / std::sqrt(double(config.key_size));
+  if (is_training() && config.attn_dropout > 0) t.dropout = config.attn_dropout, t.seed = gen.next_u64();
+  if (options.alibi) t.alibi = slopes();
+  t.softcap = options.softcap;
+  if (options.score == "sigmoid")
+    t.score = TileScore::Sigmoid, t.sigmoid_bias = options.sigmoid_bias.value_or(-std::log(double(M)));
+  t.sinks = sinks;
+  return t;
 }
 
 AttentionResult MultiHeadAttention::forward(const Tensor& x, const Tensor& context, const Tensor& mask, bool causal,
@@ -241,20 +249,20 @@ AttentionResult MultiHeadAttention::forward(const Tensor& x, const Tensor& conte
   Tensor k = keys(c, 0);                      // (B, g, M, dk)
   Tensor v = split_heads((*v_proj)(c), options.kv_heads);  // (B, g, M, dv)
   if (!need_weights && fused_supports()) {
-    // The fused path: tiled online-softmax attention, no (N, M) matrix in memory; backward
-    // recomputes the probabilities from the saved row log-sum-exps. The composed path below
-    // (the readable twin, and the one that can return the probabilities) is what tests check
-    // it against.
+    // The fused path: tiled online-softmax (or sigmoid) attention, no (N, M) matrix in memory;
+    // backward recomputes the probabilities from the saved row log-sum-exps. qk_norm and RoPE
+    // are already applied to q and k (O(N dk)); grouped k and v are read in place, except when
+    // pruning left unequal groups (kv_index), where they are gathered to the h heads. The
+    // composed path below (the readable twin, and the one that can return the probabilities)
+    // is what tests check it against.
     check_mask(mask, N, M, "mha");
     TilePattern pattern;
     pattern.lo.assign(N, 0);
     pattern.hi.resize(N);
     for (int64_t n = 0; n < N; ++n) pattern.hi[n] = is_causal ? std::min(n + 1, M) : M;
     pattern.mask = mask;
-    TileOptions topt;
-    topt.scale = 1.0 / std::sqrt(double(config.key_size));
-    if (is_training() && config.attn_dropout > 0) topt.dropout = config.attn_dropout, topt.seed = gen.next_u64();
-    Tensor o = tile_attention(q, k, v, pattern, topt).out * head_scale(gate, head_mask);  // (B, h, N, dv)
+    if (!options.kv_index.empty()) k = expand_kv(k), v = expand_kv(v);  // (B, h, M, dk|dv)
+    Tensor o = tile_attention(q, k, v, pattern, tile_options(M)).out * head_scale(gate, head_mask);  // (B, h, N, dv)
     return {(*out_proj)(merge_heads(o)), Tensor()};
   }
   Tensor p = probabilities(q, expand_kv(k), allowed_mask(mask, N, M, is_causal, "mha"), 0);  // (B, h, N, M)

@@ -12,6 +12,7 @@
 #include <optional>
 
 #include "nn/attention/attention.hpp"
+#include "nn/attention/kernels/tile_attention.hpp"
 #include "nn/linear.hpp"
 #include "nn/rms_norm.hpp"
 
@@ -77,8 +78,10 @@ class MultiHeadAttention : public Attention {
   // scores, ALiBi, softcap, then the score function over the allowed entries.
   Tensor probabilities(const Tensor& q, const Tensor& k, const Tensor& allowed, int64_t q_offset) const;
   Tensor score_function(const Tensor& s, const Tensor& allowed) const;
-  // Whether tile_attention computes every option this layer has.
+  // Whether tile_attention computes every option this layer has (all but softpick).
   bool fused_supports() const;
+  // The kernel's options for M keys (draws the dropout seed in train mode).
+  TileOptions tile_options(int64_t M);
 };
 
 // ALiBi slopes for h heads (Press et al. 2022): 2^(-8(i+1)/h) for h a power of two; otherwise

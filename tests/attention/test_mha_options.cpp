@@ -381,3 +381,57 @@ TEST_CASE("mha options: prune_heads keeps the kv heads still used; pruned equals
     CHECK(allclose(pruned->forward_step(x, *cache), pruned->forward(x, {}, {}, true).output, 1e-10, 1e-12));
   }
 }
+
+TEST_CASE("mha options: the fused path equals the composed one, output and every gradient, for every option mix") {
+  for (std::string spec :
+       {"mha(heads=4, kv_heads=2, key_size=2, value_size=3)", "mha(heads=4, kv_heads=1, alibi=true)",
+        "mha(heads=3, key_size=2, value_size=2, alibi=true, softcap=0.9)", "mha(heads=2, qk_norm=true, rope=true)",
+        "mha(heads=2, score=sigmoid)", "mha(heads=2, score=sigmoid, sigmoid_bias=0.4, softcap=2)",
+        "mha(heads=2, sinks=true)", "mha(heads=2, score=softpick, alibi=true)",
+        "mha(heads=4, kv_heads=2, alibi=true, qk_norm=true, softcap=1.5, sinks=true, rope=true, gate=hard_concrete)",
+        "mha(heads=4, kv_heads=1, alibi=true, qk_norm=true, softcap=1.5, score=sigmoid, rope=true, bias=false)"}) {
+    CAPTURE(spec);
+    auto a = options64(spec);
+    Generator g(51);
+    Tensor x0 = randn({2, 3, 8}, g, kFloat64), c0 = randn({2, 5, 8}, g, kFloat64), go = randn({2, 3, 8}, g, kFloat64);
+    for (bool causal : {false, true}) {
+      CAPTURE(causal);
+      std::vector<std::vector<Tensor>> grads;
+      std::vector<Tensor> outs;
+      for (bool need_weights : {false, true}) {
+        Tensor x = clone(x0).requires_grad_(), c = clone(c0).requires_grad_();
+        a->zero_grad();
+        Tensor out = causal ? a->forward(x, {}, {}, true, need_weights).output
+                            : a->forward(x, c, query_mask(), false, need_weights).output;
+        sum(out * go).backward();
+        std::vector<Tensor> gr = {x.grad()};
+        if (!causal) gr.push_back(c.grad());
+        for (auto& [n, p] : a->named_parameters()) gr.push_back(p.grad());
+        grads.push_back(gr);
+        outs.push_back(out);
+      }
+      CHECK(allclose(outs[0], outs[1], 1e-11, 1e-12));
+      REQUIRE(grads[0].size() == grads[1].size());
+      for (size_t i = 0; i < grads[0].size(); ++i) {
+        CAPTURE(i);
+        CHECK(allclose(grads[0][i], grads[1][i], 1e-10, 1e-12));
+      }
+    }
+  }
+}
+
+TEST_CASE("mha options: fused-path gradcheck with every option, mask and a pruned layer's kv_index") {
+  for (bool pruned : {false, true}) {
+    CAPTURE(pruned);
+    std::shared_ptr<nn::Attention> a =
+        options64("mha(heads=4, kv_heads=2, alibi=true, qk_norm=true, softcap=1.5, sinks=true, rope=true)");
+    if (pruned) a = a->prune_heads({0, 1, 2});  // kv_index 0, 0, 1
+    std::vector<Tensor> inputs;
+    Generator g(52);
+    inputs.push_back(randn({2, 3, 8}, g, kFloat64).requires_grad_());
+    inputs.push_back(randn({2, 5, 8}, g, kFloat64).requires_grad_());
+    for (auto& [n, p] : a->named_parameters()) inputs.push_back(p);
+    const Tensor mask = query_mask();
+    check_grad("fused", [&](const std::vector<Tensor>& in) { return a->forward(in[0], in[1], mask).output; }, inputs);
+  }
+}
