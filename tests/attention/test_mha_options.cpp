@@ -435,3 +435,18 @@ TEST_CASE("mha options: fused-path gradcheck with every option, mask and a prune
     check_grad("fused", [&](const std::vector<Tensor>& in) { return a->forward(in[0], in[1], mask).output; }, inputs);
   }
 }
+
+TEST_CASE("docs/attention.md: the mha options example compiles and runs") {
+  manual_seed(0);
+  auto attn = nn::make_attention("mha(heads=8, kv_heads=2, rope=true, qk_norm=true, softcap=30, sinks=true)", 64);
+  Generator gen(1);
+  Tensor x = randn({2, 10, 64}, gen);                           // (B, N, D)
+  Tensor y = attn->forward(x, {}, {}, /*causal=*/true).output;  // (2, 10, 64), fused kernel
+  attn->eval();
+  auto cache = attn->make_cache(2, 16);                           // holds 2 kv heads: (2, 2, 16, 8) each
+  Tensor first = attn->forward_step(narrow(x, 1, 0, 4), *cache);  // (2, 4, 64)
+  CHECK(y.shape() == Dims{2, 10, 64});
+  CHECK(first.shape() == Dims{2, 4, 64});
+  CHECK(cache->numel() == 2 * 2 * 16 * (8 + 8));
+  CHECK(allclose(first, narrow(attn->forward(x, {}, {}, true).output, 1, 0, 4), 1e-4, 1e-5));
+}
