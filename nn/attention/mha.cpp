@@ -226,8 +226,6 @@ Tensor MultiHeadAttention::probabilities(const Tensor& q, const Tensor& k, const
   return score_function(s, allowed);  // (B, h, N, M)
 }
 
-bool MultiHeadAttention::fused_supports() const { return options.score != "softpick"; }
-
 TileOptions MultiHeadAttention::tile_options(int64_t M) {
   TileOptions t;
   t.scale = 1.0 / std::sqrt(double(config.key_size));
@@ -236,6 +234,7 @@ TileOptions MultiHeadAttention::tile_options(int64_t M) {
   t.softcap = options.softcap;
   if (options.score == "sigmoid")
     t.score = TileScore::Sigmoid, t.sigmoid_bias = options.sigmoid_bias.value_or(-std::log(double(M)));
+  if (options.score == "softpick") t.score = TileScore::Softpick, t.softpick_eps = options.softpick_eps;
   t.sinks = sinks;
   return t;
 }
@@ -248,8 +247,8 @@ AttentionResult MultiHeadAttention::forward(const Tensor& x, const Tensor& conte
   Tensor q = queries(x, 0);                   // (B, h, N, dk)
   Tensor k = keys(c, 0);                      // (B, g, M, dk)
   Tensor v = split_heads((*v_proj)(c), options.kv_heads);  // (B, g, M, dv)
-  if (!need_weights && fused_supports()) {
-    // The fused path: tiled online-softmax (or sigmoid) attention, no (N, M) matrix in memory;
+  if (!need_weights) {
+    // The fused path: tiled online-softmax (or sigmoid, or softpick) attention, no (N, M) matrix in memory;
     // backward recomputes the probabilities from the saved row log-sum-exps. qk_norm and RoPE
     // are already applied to q and k (O(N dk)); grouped k and v are read in place, except when
     // pruning left unequal groups (kv_index), where they are gathered to the h heads. The

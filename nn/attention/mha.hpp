@@ -78,8 +78,6 @@ class MultiHeadAttention : public Attention {
   // scores, ALiBi, softcap, then the score function over the allowed entries.
   Tensor probabilities(const Tensor& q, const Tensor& k, const Tensor& allowed, int64_t q_offset) const;
   Tensor score_function(const Tensor& s, const Tensor& allowed) const;
-  // Whether tile_attention computes every option this layer has (all but softpick).
-  bool fused_supports() const;
   // The kernel's options for M keys (draws the dropout seed in train mode).
   TileOptions tile_options(int64_t M);
 };

@@ -1,7 +1,8 @@
 // The tiled attention kernel (nn/attention/kernels/tile_attention.hpp) against its naive twin:
 // random patterns with exclusions, gathered positions and broadcast masks, ragged tiles, empty
 // rows, lse as an output, dropout, float32, strided inputs, gradcheck, and bad patterns; and the
-// options of current models (grouped kv heads, ALiBi, softcap, sinks, sigmoid), alone and together.
+// options of current models (grouped kv heads, ALiBi, softcap, sinks, sigmoid, softpick), alone and
+// together.
 #include <algorithm>
 #include <numeric>
 #include <random>
@@ -266,17 +267,20 @@ bool contains(const std::string& text, const std::string& part) { return text.fi
 
 // The options of current models for h = 4 query heads, by name: "gqa" (g = 2 kv heads), "mqa"
 // (g = 1), "alibi", "softcap", "sinks", "sigmoid", "all" (g = 2, alibi, softcap, sinks) and
-// "all_sigmoid" (g = 1, alibi, softcap, sigmoid). Returns g.
+// "all_sigmoid" (g = 1, alibi, softcap, sigmoid), "softpick" (eps 0.05, so that the gradient
+// through the row max is visible) and "all_softpick" (g = 2, alibi, softcap, softpick). Returns g.
 int64_t set_options(const std::string& name, TileOptions& o, Generator& g, DType dt) {
   const bool all = name.rfind("all", 0) == 0;
   if (name == "alibi" || all) o.alibi = {0.5, 0.25, 0.7, 0.0625};
   if (name == "softcap" || all) o.softcap = 1.3;
   if (name == "sinks" || name == "all") o.sinks = randn({4}, g, dt);
   if (name == "sigmoid" || name == "all_sigmoid") o.score = nn::TileScore::Sigmoid, o.sigmoid_bias = -0.8;
-  return name == "gqa" || name == "all" ? 2 : name == "mqa" || name == "all_sigmoid" ? 1 : 4;
+  if (name == "softpick" || name == "all_softpick") o.score = nn::TileScore::Softpick, o.softpick_eps = 0.05;
+  return name == "gqa" || name == "all" || name == "all_softpick" ? 2 : name == "mqa" || name == "all_sigmoid" ? 1 : 4;
 }
 
-const std::vector<std::string> kOptionSets = {"gqa", "mqa", "alibi", "softcap", "sinks", "sigmoid", "all", "all_sigmoid"};
+const std::vector<std::string> kOptionSets = {"gqa",     "mqa",      "alibi", "softcap",     "sinks",
+                                              "sigmoid", "softpick", "all",   "all_sigmoid", "all_softpick"};
 
 struct OptionGrads {
   Tensor out, lse, dq, dk, dv, dsinks;
@@ -294,7 +298,7 @@ OptionGrads run_options(bool reference, const Tensor& q0, const Tensor& k0, cons
 
 }  // namespace
 
-TEST_CASE("tile_attention options equal the twin: grouped kv heads, ALiBi, softcap, sinks, sigmoid (float64, float32)") {
+TEST_CASE("tile_attention options equal the twin: grouped kv heads, ALiBi, softcap, sinks, sigmoid, softpick") {
   // B = 1 runs the split backward scheme, B = 4 the fused one (a task per (b, kv head)).
   for (int64_t B : {1, 4})
     for (const std::string& name : kOptionSets)
@@ -308,7 +312,7 @@ TEST_CASE("tile_attention options equal the twin: grouped kv heads, ALiBi, softc
           TileOptions o;
           o.q_tile = 4, o.k_tile = 3;
           const int64_t G = set_options(name, o, g, dt);
-          if (need_lse && o.score == nn::TileScore::Sigmoid) continue;  // sigmoid has no lse
+          if (need_lse && o.score != nn::TileScore::Softmax) continue;  // sigmoid and softpick have no lse
           o.need_lse = need_lse;
           const int64_t N = 11, M = 9;
           Tensor q = randn({B, 4, N, 3}, g, dt), k = randn({B, G, M, 3}, g, dt), v = randn({B, G, M, 2}, g, dt);
@@ -329,7 +333,7 @@ TEST_CASE("tile_attention options equal the twin: grouped kv heads, ALiBi, softc
 }
 
 TEST_CASE("tile_attention options with dropout equal the twin with the same seed") {
-  for (std::string name : {"all", "all_sigmoid"}) {
+  for (std::string name : {"all", "all_sigmoid", "all_softpick"}) {
     CAPTURE(name);
     Generator g(43);
     TileOptions o;
@@ -380,10 +384,10 @@ TEST_CASE("tile_attention options gradcheck: each option and all together, causa
   }
 }
 
-TEST_CASE("tile_attention options: an empty row gives zero output with sinks and sigmoid too; bad options are errors") {
+TEST_CASE("tile_attention options: an empty row gives zero output with sinks, sigmoid, softpick; bad options are errors") {
   Generator g(49);
   TilePattern p{{0, 0, 0}, {2, 0, 3}, {}, {}, {}, {}, {}};  // row 1 allows nothing
-  for (std::string name : {"sinks", "sigmoid", "all"}) {
+  for (std::string name : {"sinks", "sigmoid", "softpick", "all"}) {
     CAPTURE(name);
     TileOptions o;
     const int64_t G = set_options(name, o, g, kFloat64);
@@ -409,4 +413,6 @@ TEST_CASE("tile_attention options: an empty row gives zero output with sinks and
   o = TileOptions{};
   o.score = nn::TileScore::Sigmoid, o.need_lse = true;
   CHECK(contains(error_of([&] { nn::tile_attention(q, k2, k2, p, o); }), "sigmoid has no lse"));
+  o.score = nn::TileScore::Softpick;
+  CHECK(contains(error_of([&] { nn::tile_attention(q, k2, k2, p, o); }), "softpick has no lse"));
 }

@@ -180,7 +180,7 @@ constexpr T kNegInf = -std::numeric_limits<T>::infinity();
 // other tasks, so one thread never runs two bodies at once and a slot is never shared.
 template <class T>
 T* thread_scratch(int slot, size_t n) {
-  thread_local std::vector<T> slots[6];
+  thread_local std::vector<T> slots[7];
   std::vector<T>& buf = slots[slot];
   if (buf.size() < n) buf.resize(n);
   return buf.data();
@@ -200,6 +200,9 @@ struct Ctx {
   T softcap = 0;          // 0 = off
   bool sigmoid = false;   // TileScore::Sigmoid
   T sigmoid_bias = 0;
+  bool softpick = false;  // TileScore::Softpick
+  T softpick_eps = 0;
+  Rows<T> C;              // softpick: each row's c = max(0, max over allowed S), rows of one element
   std::vector<T> sinks;   // (H) sink logits, or empty
 
   // The key/value head that query head h reads.
@@ -261,8 +264,9 @@ struct Ctx {
     }
   }
 
-  // Scores -> probabilities in place: exp(S - lse), or sigmoid(S + bias) (0 for disallowed
-  // entries and empty rows).
+  // Scores -> probabilities in place: exp(S - lse), sigmoid(S + bias), or softpick's
+  // relu(exp(S - L) - exp(-L)) with L = c + log(sum |e| + eps) saved in the lse slot (0 for
+  // disallowed entries and empty rows).
   void probabilities(T* S, int64_t b, int64_t h, int64_t i0, int64_t r, int64_t c) const {
     if (sigmoid) {
       for (int64_t a = 0; a < r * c; ++a) S[a] = S[a] == kNegInf<T> ? T(0) : T(1) / (T(1) + std::exp(-(S[a] + sigmoid_bias)));
@@ -273,6 +277,11 @@ struct Ctx {
       const T lse = *L.row(b, h, i0 + ii);
       if (lse == kNegInf<T>) {
         std::fill(row, row + c, T(0));
+        continue;
+      }
+      if (softpick) {
+        const T floor = std::exp(-lse);
+        for (int64_t j = 0; j < c; ++j) row[j] = row[j] == kNegInf<T> ? T(0) : std::max(std::exp(row[j] - lse) - floor, T(0));
         continue;
       }
       for (int64_t j = 0; j < c; ++j) row[j] = tk::exp_fast(row[j] - lse);
@@ -293,8 +302,9 @@ void forward_pass(const Ctx<T>& x) {
       const int64_t b = task / (x.H * per_bh), h = task / per_bh % x.H, t = task % per_bh;
       const int64_t i0 = t * P.TQ, r = std::min(P.TQ, P.N - i0);
       std::fill(acc, acc + P.TQ * dv, T(0));
-      // A sink starts every row with its logit: m = sink, l = e^(sink - m) = 1.
-      std::fill(mrun, mrun + P.TQ, x.sinks.empty() ? kNegInf<T> : x.sinks[h]);
+      // A sink starts every row with its logit: m = sink, l = e^(sink - m) = 1. Softpick's
+      // running c = max(0, row max) starts at 0.
+      std::fill(mrun, mrun + P.TQ, x.softpick ? T(0) : x.sinks.empty() ? kNegInf<T> : x.sinks[h]);
       std::fill(lrun, lrun + P.TQ, x.sinks.empty() ? T(0) : T(1));
       for (int64_t e = P.q2k_off[t]; e < P.q2k_off[t + 1]; ++e) {
         auto [j0, j1] = P.cols(t, P.q2k[e]);
@@ -302,6 +312,26 @@ void forward_pass(const Ctx<T>& x) {
         x.scores(S, nullptr, b, h, i0, r, j0, c);  // (r, c)
         if (x.sigmoid) {  // no normaliser: P = sigmoid(S + b), acc += (P * Z) V
           x.probabilities(S, b, h, i0, r, c);
+          if (x.dropout > 0) x.drop(S, b, h, i0, r, j0, c);
+          gemm<T>(false, false, r, dv, c, T(1), S, c, x.V.row(b, x.kv(h), j0), x.V.sr, T(1), acc, dv);
+          continue;
+        }
+        if (x.softpick) {  // e = exp(S - c) - exp(-c): l += |e|, acc += relu(e) V, rescaled when c grows
+          for (int64_t ii = 0; ii < r; ++ii) {
+            T* row = S + ii * c;
+            const T c_new = std::max(mrun[ii], tk::max_row(row, c)), floor = std::exp(-c_new);
+            const T alpha = std::exp(mrun[ii] - c_new);
+            T l = 0;
+            for (int64_t j = 0; j < c; ++j) {
+              const T e = row[j] == kNegInf<T> ? T(0) : std::exp(row[j] - c_new) - floor;
+              l += std::abs(e);
+              row[j] = std::max(e, T(0));
+            }
+            lrun[ii] = lrun[ii] * alpha + l;
+            if (alpha != T(1))
+              for (int64_t d = 0; d < dv; ++d) acc[ii * dv + d] *= alpha;
+            mrun[ii] = c_new;
+          }
           if (x.dropout > 0) x.drop(S, b, h, i0, r, j0, c);
           gemm<T>(false, false, r, dv, c, T(1), S, c, x.V.row(b, x.kv(h), j0), x.V.sr, T(1), acc, dv);
           continue;
@@ -329,6 +359,16 @@ void forward_pass(const Ctx<T>& x) {
         if (x.sigmoid) {  // no lse: the saved slot is unused
           std::copy(acc + ii * dv, acc + (ii + 1) * dv, out);
           *lse = T(0);
+        } else if (x.softpick) {  // O = acc / (l + eps); the lse slot keeps L = c + log(l + eps)
+          const T z = lrun[ii] + x.softpick_eps;
+          *x.C.row(b, h, i0 + ii) = mrun[ii];
+          if (z > T(0)) {
+            for (int64_t d = 0; d < dv; ++d) out[d] = acc[ii * dv + d] / z;
+            *lse = mrun[ii] + std::log(z);
+          } else {
+            std::fill(out, out + dv, T(0));
+            *lse = kNegInf<T>;
+          }
         } else if (lrun[ii] > T(0)) {
           const T inv = T(1) / lrun[ii];
           for (int64_t d = 0; d < dv; ++d) out[d] = acc[ii * dv + d] * inv;
@@ -340,6 +380,19 @@ void forward_pass(const Ctx<T>& x) {
       }
     }
   });
+}
+
+// Softpick's dL/dS for one entry with score s (-inf: disallowed), dL/dP = dp, D = rowsum(dO * O),
+// and the row's L = c + log Z (Z = sum |e| + eps) and c. With e = exp(s - c) - exp(-c) and
+// P = relu(e) / Z:  dL/de = (dp [e > 0] - D sign(e)) / Z,  de/ds = exp(s - c), so
+// dL/ds = exp(s - L) (dp [s > 0] - D sign(s)); and through c (de/dc = -e, summed over the row):
+// dL/dc = -D eps / Z, which reaches the entry that is the row max when c > 0.
+template <class T>
+T softpick_grad(T s, T dp, T D, T lse, T cmax, T eps) {
+  if (s == kNegInf<T> || lse == kNegInf<T>) return T(0);
+  T g = std::exp(s - lse) * ((s > T(0) ? dp : T(0)) - D * T((s > T(0)) - (s < T(0))));
+  if (cmax > T(0) && s == cmax) g -= D * eps * std::exp(cmax - lse);
+  return g;
 }
 
 // dQ, dK, dV from dO (and dlse). D (B*h*N) holds rowsum(dO * O) - dlse. dQ (B, h, N, dk) and
@@ -360,16 +413,17 @@ void backward_pass(const Ctx<T>& x, const Rows<T>& dO, const T* D, const Rows<T>
   const int64_t dk = x.dk, dv = x.dv, N = P.N, group = x.H / x.G;
   const bool drop = x.dropout > 0, cap = x.softcap > 0;
   struct Scratch {
-    T *S, *dP, *Z, *F;  // (TQ, TK) each: P then dS, dP, the dropout multipliers, the softcap derivative
+    T *S, *dP, *Z, *F, *G;  // (TQ, TK) each: P then dS, dP, the dropout multipliers, the softcap
+                            // derivative, softpick's scores
   };
   auto scratch = [&] {
     const size_t tile = P.TQ * P.TK;
     return Scratch{thread_scratch<T>(0, tile), thread_scratch<T>(1, tile), thread_scratch<T>(4, drop ? tile : 0),
-                   thread_scratch<T>(5, cap ? tile : 0)};
+                   thread_scratch<T>(5, cap ? tile : 0), thread_scratch<T>(6, x.softpick ? tile : 0)};
   };
   // One tile pair (query tile t, key tile kt) of query head h: recompute P, then
-  //   gv (c, dv) += (P * Z)^T dO_t;  dS = P * (dP * Z - D)  (sigmoid: dP * Z * P (1 - P)), times F
-  //   with softcap;  gq (r, dk) += dS K_c;  gk (c, dk) += dS^T Q_t
+  //   gv (c, dv) += (P * Z)^T dO_t;  dS = P * (dP * Z - D)  (sigmoid: dP * Z * P (1 - P);
+  //   softpick: see softpick_grad), times F with softcap;  gq (r, dk) += dS K_c;  gk (c, dk) += dS^T Q_t
   // for whichever of gq, gk, gv is given (rows of width dk, dv, dk; unscaled).
   auto pair = [&](Scratch& s, int64_t b, int64_t h, int64_t t, int64_t kt, T* gq, T* gk, T* gv) {
     const int64_t i0 = t * P.TQ, r = std::min(P.TQ, N - i0), hk = x.kv(h);
@@ -377,6 +431,7 @@ void backward_pass(const Ctx<T>& x, const Rows<T>& dO, const T* D, const Rows<T>
     const int64_t c = j1 - j0;
     T *S = s.S, *dP = s.dP, *Z = drop ? s.Z : nullptr, *F = cap ? s.F : nullptr;
     x.scores(S, F, b, h, i0, r, j0, c);
+    if (x.softpick) std::copy(S, S + r * c, s.G);
     x.probabilities(S, b, h, i0, r, c);  // P (r, c)
     if (drop) x.dropout_block(Z, b, h, i0, r, j0, c);
     if (gv) {
@@ -389,13 +444,20 @@ void backward_pass(const Ctx<T>& x, const Rows<T>& dO, const T* D, const Rows<T>
     }
     gemm<T>(false, true, r, c, dv, T(1), dO.row(b, h, i0), dO.sr, x.V.row(b, hk, j0), x.V.sr, T(0), dP, c);
     const T* Db = D + (b * x.H + h) * N + i0;
-    for (int64_t ii = 0; ii < r; ++ii)
+    for (int64_t ii = 0; ii < r; ++ii) {
+      const T lse = *x.L.row(b, h, i0 + ii), cmax = x.softpick ? *x.C.row(b, h, i0 + ii) : T(0);
       for (int64_t j = 0; j < c; ++j) {
         const int64_t at = ii * c + j;
         const T dp = drop ? dP[at] * Z[at] : dP[at];
-        S[at] = x.sigmoid ? dp * S[at] * (T(1) - S[at]) : S[at] * (dp - Db[ii]);  // dS (r, c)
+        if (x.sigmoid)
+          S[at] = dp * S[at] * (T(1) - S[at]);  // dS (r, c)
+        else if (x.softpick)
+          S[at] = softpick_grad(s.G[at], dp, Db[ii], lse, cmax, x.softpick_eps);
+        else
+          S[at] *= dp - Db[ii];
         if (cap) S[at] *= F[at];
       }
+    }
     if (gq) gemm<T>(false, false, r, dk, c, T(1), S, c, x.K.row(b, hk, j0), x.K.sr, T(1), gq, dk);
     if (gk) gemm<T>(true, false, c, dk, r, T(1), S, c, x.Q.row(b, h, i0), x.Q.sr, T(1), gk, dk);
   };
@@ -477,13 +539,16 @@ void check_options(const TileOptions& o, int64_t heads, DType dtype, const char*
   if (!(o.softcap >= 0) || std::isinf(o.softcap))
     fail<ValueError>("{}: softcap must be a finite c >= 0 (0 = off), got {}", op, o.softcap);
   if (o.sinks.defined()) {
-    if (o.score != TileScore::Softmax) fail<ValueError>("{}: sinks need score softmax, got sigmoid", op);
+    if (o.score != TileScore::Softmax) fail<ValueError>("{}: sinks need score softmax, got {}", op,
+                                                        o.score == TileScore::Sigmoid ? "sigmoid" : "softpick");
     if (o.sinks.dim() != 1 || o.sinks.size(0) != heads)
       fail<ShapeError>("{}: sinks must be (h) = ({}), got {}", op, heads, to_string(o.sinks.shape()));
     if (o.sinks.dtype() != dtype)
       fail<DTypeError>("{}: sinks must have the dtype of q, {}, got {}", op, dtype_name(dtype), dtype_name(o.sinks.dtype()));
   }
-  if (o.score == TileScore::Sigmoid && o.need_lse) fail<ValueError>("{}: score sigmoid has no lse (need_lse)", op);
+  if (o.score != TileScore::Softmax && o.need_lse)
+    fail<ValueError>("{}: score {} has no lse (need_lse)", op, o.score == TileScore::Sigmoid ? "sigmoid" : "softpick");
+  if (!(o.softpick_eps >= 0)) fail<ValueError>("{}: softpick_eps must be >= 0, got {}", op, o.softpick_eps);
 }
 
 }  // namespace
@@ -519,14 +584,18 @@ TileAttentionResult tile_attention(const Tensor& q0, const Tensor& k0, const Ten
   Tensor result = Tensor::empty({B, H, N, width}, dt);               // (B, h, N, dv [+ 1])
   Tensor lse_store = opt.need_lse ? Tensor() : Tensor::empty({B, H, N}, dt);  // (B, h, N)
   const Tensor sinks = opt.sinks.defined() ? tk::contiguous(opt.sinks.detach()) : Tensor();  // (h)
+  const Tensor cmax = opt.score == TileScore::Softpick ? Tensor::empty({B, H, N}, dt) : Tensor();  // (B, h, N) softpick's c
   auto make_ctx = [=](auto tag, const Tensor& res, const Tensor& lse) {
     using T = decltype(tag);
     Ctx<T> x{plan.get(), B, H, G, dk, dv, T(scale), opt.dropout, opt.seed,
-             rows_of<T>(q), rows_of<T>(k), rows_of<T>(v), rows_of<T>(res), {}, nullptr, {}, T(0), false, T(0), {}};
+             rows_of<T>(q), rows_of<T>(k), rows_of<T>(v), rows_of<T>(res), {}, nullptr, {}, T(0), false, T(0), false, T(0), {}, {}};
     x.slopes.assign(opt.alibi.begin(), opt.alibi.end());
     x.softcap = T(opt.softcap);
     x.sigmoid = opt.score == TileScore::Sigmoid;
     x.sigmoid_bias = T(opt.sigmoid_bias);
+    x.softpick = opt.score == TileScore::Softpick;
+    x.softpick_eps = T(opt.softpick_eps);
+    if (cmax.defined()) x.C = {static_cast<T*>(cmax.raw_data()), cmax.stride(0), cmax.stride(1), cmax.stride(2)};
     if (sinks.defined()) x.sinks.assign(sinks.data<T>(), sinks.data<T>() + H);
     if (lse.defined())
       x.L = {static_cast<T*>(lse.raw_data()), lse.stride(0), lse.stride(1), lse.stride(2)};
@@ -652,6 +721,11 @@ TileAttentionResult tile_attention_reference(const Tensor& q, const Tensor& k0, 
   Tensor p;
   if (opt.score == TileScore::Sigmoid) {
     p = where(allowed, sigmoid(s + opt.sigmoid_bias), 0.0);           // (B, h, N, M)
+  } else if (opt.score == TileScore::Softpick) {
+    // e = exp(s - c) - exp(-c), c = max(0, row max over allowed); P = relu(e) / (sum |e| + eps)
+    Tensor c = clamp_min(amax(masked, {-1}, true), 0.0);                   // (B, h, N, 1)
+    Tensor e = where(allowed, exp(masked - c) - exp(-c), 0.0);              // (B, h, N, M)
+    p = relu(e) / (sum(abs(e), {-1}, true) + opt.softpick_eps);             // (B, h, N, M)
   } else if (opt.sinks.defined()) {
     // P = e^s / (e^sink + sum over allowed e^s), shifted by the detached max of both
     Tensor sink = reshape(opt.sinks, {1, H, 1, 1});                           // (1, h, 1, 1)

@@ -14,8 +14,12 @@
 //              starting from m_i = -inf, l_i = 0, or with a sink from m_i = sink_h, l_i = 1;
 //       O_i = acc_i / l_i,  lse_i = m_i + log l_i  (a row with no allowed key and no sink: O_i = 0, lse_i = -inf)
 //     sigmoid: P = sigmoid(S + bias) on allowed entries, acc_i += (P * Z) V_c, O_i = acc_i (no normaliser)
+//     softpick: running c_i = max(0, row max) from 0; e = e^(S - c_i) - e^(-c_i) on allowed entries,
+//              l_i += |e|, acc_i += (relu(e) * Z) V_c, both rescaled by e^(c_old - c_new) as c_i grows;
+//              O_i = acc_i / (l_i + eps), saved L_i = c_i + log(l_i + eps) and c_i
 //   backward, from the saved lse (no probabilities kept), D_i = rowsum(dO_i * O_i) - dlse_i:
-//     P = e^(S - lse);  dP = (dO V^T) * Z;  dS = P * (dP - D)    (sigmoid: dS = dP * P (1 - P))
+//     P = e^(S - lse);  dP = (dO V^T) * Z;  dS = P * (dP - D)    (sigmoid: dS = dP * P (1 - P);
+//       softpick: dS = e^(S - L) (dP [S > 0] - D sign(S)), and -D eps e^(c - L) at the row max when c > 0)
 //     dS *= 1 - (S / c)^2                                         (softcap)
 //     dQ += scale dS K  (pass 1: parallel over (b, h, query tile))
 //     dV += (P * Z)^T dO,  dK += scale dS^T Q  (pass 2: parallel over (b, kv head, key tile), looping
@@ -51,7 +55,7 @@ struct TilePattern {
   Tensor mask;  // bool, broadcastable to (B, h, n_raw, m_raw), true = may attend; read at (q_pos, k_pos)
 };
 
-enum class TileScore { Softmax, Sigmoid };
+enum class TileScore { Softmax, Sigmoid, Softpick };
 
 struct TileOptions {
   double scale = 0;       // scores are scale * q . k; 0 means 1/sqrt(dk)
@@ -67,6 +71,7 @@ struct TileOptions {
   double softcap = 0;         // c > 0: score = c tanh(score / c) after ALiBi; 0 = off
   TileScore score = TileScore::Softmax;
   double sigmoid_bias = 0;    // b of TileScore::Sigmoid: P = sigmoid(score + b)
+  double softpick_eps = 1e-6; // eps of TileScore::Softpick
   Tensor sinks;               // (h) sink logits in each softmax row's denominator, differentiable; undefined = none
 };
 
@@ -77,7 +82,7 @@ struct TileAttentionResult {
 
 // q (B, h, N, dk), k (B, g, M, dk), v (B, g, M, dv) with g dividing h (query head i reads key/value
 // head i / (h/g)), float32 or float64, any strides. Differentiable in q, k, v, options.sinks (and
-// through lse when need_lse; with sinks lse includes the sink; sigmoid has no lse).
+// through lse when need_lse; with sinks lse includes the sink; sigmoid and softpick have no lse).
 TileAttentionResult tile_attention(const Tensor& q, const Tensor& k, const Tensor& v, const TilePattern& pattern,
                                    const TileOptions& options = {});
 
