@@ -52,7 +52,7 @@ Tensor generate(CausalLM& model, const Tensor& prompt, const GenerateOptions& o)
                      to_string(prompt.shape()));
   if (o.max_new_tokens < 0) fail<ValueError>("generate: max_new_tokens must be >= 0, got {}", o.max_new_tokens);
   const int64_t B = prompt.size(0), P = prompt.size(1), total = P + o.max_new_tokens;
-  if (total > model.config.max_len)
+  if (model.learned_positions() && total > model.config.max_len)
     fail<ValueError>("generate: prompt ({}) + max_new_tokens ({}) = {} exceeds the model's max_len {}", P,
                      o.max_new_tokens, total, model.config.max_len);
   const bool was_training = model.is_training();

@@ -17,7 +17,8 @@ struct GenerateOptions {
   bool use_cache = true;     // false: recompute the whole sequence for every new token
 };
 
-// prompt int64 (B, P), 1 <= P, P + max_new_tokens <= max_len -> (B, P + max_new_tokens).
+// prompt int64 (B, P), 1 <= P -> (B, P + max_new_tokens); with learned positions
+// P + max_new_tokens <= max_len (without, the layers' decoding caches bound the length).
 // Runs in eval mode (restoring the model's mode afterwards), without gradients.
 Tensor generate(CausalLM& model, const Tensor& prompt, const GenerateOptions& options);
 

@@ -20,6 +20,7 @@ void save_causal_lm(const std::string& path, const CausalLM& model, const Metada
       {"lm.vocab_size", std::to_string(c.vocab_size)},
       {"lm.max_len", std::to_string(c.max_len)},
       {"lm.tie_weights", c.tie_weights ? "true" : "false"},
+      {"lm.positions", c.positions},
   };
   // The pinned spec of the first block's attention: the same layer whatever the defaults become.
   if (model.blocks->size())
@@ -77,6 +78,12 @@ LoadedLM load_causal_lm(const std::string& path) {
   c.vocab_size = need_int(m, path, "lm.vocab_size");
   c.max_len = need_int(m, path, "lm.max_len");
   c.tie_weights = need_bool(m, path, "lm.tie_weights");
+  // lm.positions is optional: a file without it has learned positions (pos_emb).
+  if (auto it = m.find("lm.positions"); it != m.end()) {
+    if (it->second != "learned" && it->second != "none")
+      fail<FileError>("{}: metadata lm.positions must be learned or none, got '{}'", path, it->second);
+    c.positions = it->second;
+  }
   auto model = std::make_shared<CausalLM>(c);
   if (!weights.empty()) model->to(weights.begin()->second.dtype());
   try {

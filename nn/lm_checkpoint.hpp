@@ -18,7 +18,7 @@ struct LoadedLM {
   Metadata metadata;  // everything in the file's metadata, "lm.*" included
 };
 // FileError names the path when the file is not a CausalLM checkpoint or a key is missing or
-// malformed; the weights are loaded strictly.
+// malformed; the weights are loaded strictly. A file without lm.positions has learned positions.
 LoadedLM load_causal_lm(const std::string& path);
 
 }  // namespace attnlab::nn

@@ -1,5 +1,7 @@
 #include "nn/transformer.hpp"
 
+#include <cstdint>
+
 #include "autograd/grad_mode.hpp"
 #include "autograd/ops.hpp"
 #include "nn/attention/registry.hpp"
@@ -153,9 +155,11 @@ Tensor EncoderClassifier::forward(const Tensor& inputs, const Tensor& padding) {
 // ---------------------------------------------------------------------------
 
 CausalLM::CausalLM(const LMConfig& c) : config(c) {
+  if (c.positions != "learned" && c.positions != "none")
+    fail<ValueError>("CausalLM: positions must be learned or none, got '{}'", c.positions);
   const int64_t D = c.block.d_model;
   tok_emb = register_module("tok_emb", std::make_shared<Embedding>(c.vocab_size, D));
-  pos_emb = register_module("pos_emb", std::make_shared<Embedding>(c.max_len, D));
+  if (learned_positions()) pos_emb = register_module("pos_emb", std::make_shared<Embedding>(c.max_len, D));
   blocks = register_module("blocks", std::make_shared<ModuleList>());
   for (int64_t i = 0; i < c.layers; ++i) blocks->push_back(std::make_shared<TransformerBlock>(c.block));
   norm = register_module("norm", std::make_shared<LayerNorm>(D, c.block.norm_eps));
@@ -163,14 +167,14 @@ CausalLM::CausalLM(const LMConfig& c) : config(c) {
   // GPT-2's embedding init, N(0, 0.02^2): a small residual stream at the start lets the blocks'
   // outputs steer it early, which trains language models much faster than N(0, 1).
   init::normal_(tok_emb->weight, 0.0, 0.02);
-  init::normal_(pos_emb->weight, 0.0, 0.02);
+  if (pos_emb) init::normal_(pos_emb->weight, 0.0, 0.02);
   if (c.tie_weights) lm_head->weight.set_data(tok_emb->weight);
 }
 
 Tensor CausalLM::forward(const Tensor& tokens) {
-  check_tokens(tokens, config.max_len, "CausalLM");
-  const int64_t N = tokens.size(1);
-  Tensor x = embedding(tok_emb->weight, tokens) + positions(*pos_emb, N);  // (B, N, D)
+  check_tokens(tokens, learned_positions() ? config.max_len : INT64_MAX, "CausalLM");
+  Tensor x = embedding(tok_emb->weight, tokens);                   // (B, N, D)
+  if (pos_emb) x = x + positions(*pos_emb, tokens.size(1));        // (B, N, D)
   for (const ModulePtr& m : *blocks) x = static_cast<TransformerBlock&>(*m).forward(x, {}, true);
   x = (*norm)(x);
   if (config.tie_weights) return matmul(x, transpose(tok_emb->weight, 0, 1));  // (B, N, V)
@@ -187,14 +191,18 @@ LMCache CausalLM::make_cache(int64_t batch) const {
 }
 
 Tensor CausalLM::forward_step(const Tensor& tokens_new, LMCache& cache) {
-  check_tokens(tokens_new, config.max_len, "CausalLM");
+  const int64_t bound = learned_positions() ? config.max_len : INT64_MAX;
+  check_tokens(tokens_new, bound, "CausalLM");
   if (is_training()) fail<ValueError>("CausalLM: forward_step is for inference; call eval() first");
   const int64_t B = tokens_new.size(0), T = tokens_new.size(1);
   if (B != cache.batch) fail<ShapeError>("CausalLM: forward_step: batch {} but the cache was made for {}", B, cache.batch);
-  if (cache.length + T > config.max_len)
+  // Without learned positions the layers' caches bound the length themselves (mha's at max_len;
+  // local's window and the recurrent states never).
+  if (cache.length + T > bound)
     fail<ValueError>("CausalLM: forward_step: {} tokens exceed max_len {}", cache.length + T, config.max_len);
   NoGradGuard no_grad;
-  Tensor x = embedding(tok_emb->weight, tokens_new) + unsqueeze(narrow(pos_emb->weight, 0, cache.length, T), 0);
+  Tensor x = embedding(tok_emb->weight, tokens_new);                                      // (B, T, D)
+  if (pos_emb) x = x + unsqueeze(narrow(pos_emb->weight, 0, cache.length, T), 0);         // (B, T, D)
   size_t i = 0;
   for (const ModulePtr& m : *blocks) x = static_cast<TransformerBlock&>(*m).forward_step(x, *cache.layers[i++]);
   cache.length += T;

@@ -95,6 +95,11 @@ struct LMConfig {
   int64_t vocab_size = 256;
   int64_t max_len = 256;
   bool tie_weights = false;  // lm_head shares tok_emb.weight
+  // Where the model learns token order (docs/nn.md, "Positions of a CausalLM"):
+  //   "learned"  pos_emb (max_len, D) added to the token embeddings; sequences <= max_len
+  //   "none"     no pos_emb: positions come from the attention alone (e.g. mha(alibi=true) or
+  //              mha(rope=true)); forward takes any length, max_len bounds only the decoding caches
+  std::string positions = "learned";
 };
 
 // A causal LM's decoding state: one attention cache per block.
@@ -115,9 +120,11 @@ class CausalLM : public Module {
   LMCache make_cache(int64_t batch) const;
   Tensor forward_step(const Tensor& tokens_new, LMCache& cache);
   std::string type_name() const override { return "CausalLM"; }
+  bool learned_positions() const { return config.positions == "learned"; }
 
   LMConfig config;
-  std::shared_ptr<Embedding> tok_emb, pos_emb;
+  std::shared_ptr<Embedding> tok_emb;
+  std::shared_ptr<Embedding> pos_emb;  // positions = "learned" only
   std::shared_ptr<ModuleList> blocks;
   std::shared_ptr<LayerNorm> norm;
   std::shared_ptr<Linear> lm_head;

@@ -61,7 +61,10 @@ Probe lm_probe(nn::CausalLM& model) {
   p.loss = [](const Tensor& logits, const data::Batch& b) { return nn::cross_entropy(logits, b.targets); };
   p.explained = [](const Tensor& logits) { return sum_of_top(select(logits, 1, logits.size(1) - 1)); };
   p.axis_tokens = [](const data::Batch& b) { return b.inputs; };
-  if (!model.config.tie_weights) p.input_tensors = {model.tok_emb->weight, model.pos_emb->weight};
+  if (!model.config.tie_weights) {
+    p.input_tensors = {model.tok_emb->weight};
+    if (model.pos_emb) p.input_tensors.push_back(model.pos_emb->weight);  // positions = "learned"
+  }
   return p;
 }
 

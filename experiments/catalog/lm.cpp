@@ -1,7 +1,9 @@
-// `lm`: a causal character LM (nn::CausalLM with model.attention) on the fortunes corpus, trained
-// by the Trainer on random windows drawn from ctx.generator().
-// Metrics: train_loss, lr; val_bpc (bits per character on fixed validation windows) at each
-// evaluation; summary: val_bpc, steps_per_s, peak_rss_mb, params.
+// `lm`: a causal character LM (nn::CausalLM with model.attention, positions model.positions) on
+// the fortunes corpus, trained by the Trainer on random windows drawn from ctx.generator().
+// Metrics: train_loss, lr; val_bpc (bits per character on fixed validation windows of the
+// training context) at each evaluation; summary: val_bpc, steps_per_s, peak_rss_mb, params, and
+// with eval.context > 0 also val_bpc_long and eval_context: the final val_bpc on windows of
+// eval.context tokens (length extrapolation; docs/experiments.md).
 #include <cmath>
 
 #include "attnlab.hpp"
@@ -20,27 +22,51 @@ Schema lm_schema() {
   Schema s;
   add_task_keys(s, "fortunes");
   add_model_keys(s, {.attention = "mha(heads=4)", .d_model = 128, .layers = 2, .ffn_hidden = 512});
+  s.add("model.positions", "learned",
+        "learned (pos_emb of task.length rows) | none (token order from the attention alone, e.g. mha(alibi=true))");
   add_train_keys(s, {.steps = 300, .batch_size = 16, .lr = 2e-3, .warmup = 30, .eval_every = 100});
   s.add("eval.batches", int64_t(8), "validation batches (of train.batch_size windows) per evaluation");
+  s.add("eval.context", int64_t(0),
+        "> 0: the final evaluation also reports val_bpc_long on windows of this many tokens (0 = off)");
   return s;
+}
+
+// eval.context, checked before training: >= 0, within the validation text, and with learned
+// positions no longer than the table (task.length): positions past it were never trained.
+int64_t eval_context(const Config& config, const TaskData& task) {
+  const int64_t n = config.get_int("eval.context");
+  const std::string from = config.origin("eval.context");
+  if (n < 0) fail<ConfigError>("eval.context must be >= 0 (0 = off), got {} (from {})", n, from);
+  if (n > 0 && config.get_string("model.positions") == "learned" && n > task.seq_len)
+    fail<ConfigError>("eval.context = {} (from {}) exceeds the learned position table of task.length = {} rows; "
+                      "use model.positions = none with a positional attention (e.g. mha(alibi=true)) or "
+                      "eval.context <= {}",
+                      n, from, task.seq_len, task.seq_len);
+  if (n >= task.val_tokens.numel())
+    fail<ConfigError>("eval.context = {} (from {}) needs more than the {} validation tokens", n, from,
+                      task.val_tokens.numel());
+  return n;
 }
 
 void run_lm(const Config& config, RunContext& ctx) {
   const TaskData& task = ctx.data();
   auto model = build_lm(config, task);
   const int64_t batch = config.get_int("train.batch_size"), n = task.seq_len;
-  ctx.logf("lm: {} on {} ({} parameters, context {})", attention_spec(config), task.name,
-           model->num_parameters(), n);
+  const int64_t long_n = eval_context(config, task);
+  ctx.logf("lm: {} on {} ({} parameters, context {}, {} positions)", attention_spec(config), task.name,
+           model->num_parameters(), n, model->config.positions);
   auto loss_of = [&](const Tensor& x, const Tensor& y) {
     Tensor logits = model->forward(x);  // (B, N, V)
     return nn::cross_entropy(reshape(logits, {-1, task.vocab_size}), reshape(y, {-1}));
   };
-  auto val_bpc = [&] {
-    Generator fixed(12345);  // the same validation windows at every evaluation
+  // Mean bits per character over eval.batches fixed batches of `context`-token windows: the same
+  // windows at every evaluation (and, at the training context, the same for val_bpc_long).
+  auto val_bpc = [&](int64_t context) {
+    Generator fixed(12345);
     double sum = 0;
     const int64_t k = std::max<int64_t>(1, config.get_int("eval.batches"));
     for (int64_t i = 0; i < k; ++i) {
-      auto [x, y] = data::lm_batch(task.val_tokens, batch, n, fixed);  // (B, N), (B, N)
+      auto [x, y] = data::lm_batch(task.val_tokens, batch, context, fixed);  // (B, context), (B, context)
       sum += loss_of(x, y).item();
     }
     return sum / double(k) / std::log(2.0);
@@ -50,15 +76,17 @@ void run_lm(const Config& config, RunContext& ctx) {
     auto [x, y] = data::lm_batch(task.train_tokens, batch, n, ctx.generator());  // (B, N), (B, N)
     return loss_of(x, y);
   };
-  trainer.evaluate = [&](int64_t) { return std::map<std::string, double>{{"val_bpc", val_bpc()}}; };
+  trainer.evaluate = [&](int64_t) { return std::map<std::string, double>{{"val_bpc", val_bpc(n)}}; };
   if (!trainer.fit()) return;
-  double bpc;
-  {
-    NoGradGuard no_grad;
-    model->eval();
-    bpc = val_bpc();
+  NoGradGuard no_grad;
+  model->eval();
+  ctx.summary("val_bpc", val_bpc(n));
+  if (long_n > 0) {
+    const double bpc_long = val_bpc(long_n);
+    ctx.logf("lm: val_bpc at context {}: {:.4f}", long_n, bpc_long);
+    ctx.summary("val_bpc_long", bpc_long);
+    ctx.summary("eval_context", double(long_n));
   }
-  ctx.summary("val_bpc", bpc);
   ctx.summary("steps_per_s", trainer.steps_per_second());
   ctx.summary("peak_rss_mb", peak_rss_mb());
   ctx.summary("params", double(model->num_parameters()));

@@ -106,6 +106,12 @@ std::shared_ptr<nn::CausalLM> build_lm(const Config& c, const TaskData& t) {
   l.layers = c.get_int("model.layers");
   l.vocab_size = t.vocab_size;
   l.max_len = t.seq_len;
+  if (c.schema().find("model.positions")) {
+    l.positions = c.get_string("model.positions");
+    if (l.positions != "learned" && l.positions != "none")
+      fail<ConfigError>("model.positions must be learned or none, got '{}' (from {})", l.positions,
+                        c.origin("model.positions"));
+  }
   return std::make_shared<nn::CausalLM>(l);
 }
 

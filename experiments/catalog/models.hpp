@@ -40,7 +40,8 @@ std::shared_ptr<nn::EncoderClassifier> build_classifier(const runner::Config& co
 // An independent copy of a classifier (same config, weights copied, eval mode): masking its
 // heads or training it leaves `model` unchanged.
 std::shared_ptr<nn::EncoderClassifier> copy_classifier(const nn::EncoderClassifier& model);
-// A causal LM for a language-modelling task (context = task.seq_len).
+// A causal LM for a language-modelling task (context = task.seq_len; positions from
+// model.positions where the schema has it, else learned).
 std::shared_ptr<nn::CausalLM> build_lm(const runner::Config& config, const runner::TaskData& task);
 // Whichever of the two fits the task.
 std::shared_ptr<nn::Module> build_model(const runner::Config& config, const runner::TaskData& task);

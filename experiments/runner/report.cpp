@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "experiments/plot/svg.hpp"
+#include "experiments/runner/measured.hpp"
 #include "experiments/runner/stats.hpp"
 #include "experiments/runner/store.hpp"
 #include "experiments/runner/sweep.hpp"
@@ -284,6 +285,19 @@ fs::path write_report(const fs::path& dir, std::ostream& out) {
     runs.push_back({row.id, ordered_json::parse(row.point_json),
                     row.config_json.empty() ? json::object() : json::parse(row.config_json), row.metrics});
   }
+  // Figures measured outside the sweep join each run as metrics named by their columns.
+  std::vector<std::string> unmatched;
+  if (spec.report.has_measured) {
+    const MeasuredTable table = read_measured_table(spec.report.measured.file);
+    for (Run& r : runs) {
+      const std::string value = label_of(r, spec.report.measured.key);
+      if (const std::vector<double>* row = measured_row(table, value)) {
+        for (size_t c = 0; c < table.columns.size(); ++c) r.metrics[table.columns[c]] = (*row)[c];
+      } else if (std::find(unmatched.begin(), unmatched.end(), value) == unmatched.end()) {
+        unmatched.push_back(value);
+      }
+    }
+  }
   std::vector<Group> groups;
   std::map<std::string, size_t> group_of;
   for (const Run& r : runs) {
@@ -349,6 +363,12 @@ fs::path write_report(const fs::path& dir, std::ostream& out) {
   for (const auto& a : spec.set) md += fmt::format("- fixed `{}` = {}\n", a.key, to_toml_value(a.value));
   md += "\nThe sweep file is [sweep.toml](sweep.toml); every run's final metrics are in [results.csv](results.csv) "
         "and, with the training curves, in `results.sqlite`.\n\n";
+  if (spec.report.has_measured) {
+    md += fmt::format("Measured outside the sweep and joined by `{}`: the columns of `{}`.", spec.report.measured.key,
+                      spec.report.measured.file);
+    if (!unmatched.empty()) md += fmt::format(" No row for: `{}`.", fmt::join(unmatched, "`, `"));
+    md += "\n\n";
+  }
 
   md += "## Final metrics\n\n";
   md += fmt::format("Mean ± half-width of its 95% interval over seeds (Student t, n runs), sorted by `{}` ({} is "

@@ -176,6 +176,17 @@ ReportSpec read_report(const toml::table& t, const std::string& path) {
       }
       if (r.bubble.x.empty() || r.bubble.y.empty() || r.bubble.size.empty())
         fail<SweepError>("{}:{}: report.bubble needs x, y and size", path, line_of(v));
+    } else if (key == "measured") {
+      const toml::table& m = table_at(v, path, "report.measured");
+      r.has_measured = true;
+      for (auto&& [mk, mv] : m) {
+        const std::string name(mk.str());
+        std::string* slot = name == "file" ? &r.measured.file : name == "key" ? &r.measured.key : nullptr;
+        if (!slot) fail<SweepError>("{}:{}: unknown key 'report.measured.{}' (known: file, key)", path, line_of(mv), name);
+        *slot = string_at(mv, path, "report.measured." + name);
+      }
+      if (r.measured.file.empty() || r.measured.key.empty())
+        fail<SweepError>("{}:{}: report.measured needs file and key", path, line_of(v));
     } else if (key == "baseline") {
       r.baseline = read_selector(v, path, "report.baseline");
     } else if (key == "expect") {
@@ -183,7 +194,7 @@ ReportSpec read_report(const toml::table& t, const std::string& path) {
       if (!arr) fail<SweepError>("{}:{}: report.expect must be a list of tables ([[report.expect]])", path, line_of(v));
       for (size_t i = 0; i < arr->size(); ++i) r.expect.push_back(read_expectation((*arr)[i], path, i));
     } else {
-      fail<SweepError>("{}:{}: unknown key 'report.{}' (known: metric, sort, x, curves, bubble, baseline, expect)", path,
+      fail<SweepError>("{}:{}: unknown key 'report.{}' (known: metric, sort, x, curves, bubble, measured, baseline, expect)", path,
                        line_of(v), key);
     }
   }
@@ -259,6 +270,12 @@ SweepSpec parse_sweep(const std::string& text, const std::string& path) {
     const auto keys = axis_keys(s);
     if (std::find(keys.begin(), keys.end(), s.report.x) == keys.end())
       fail<SweepError>("{}: report.x = \"{}\" is not a swept key (swept: {})", path, s.report.x, fmt::join(keys, ", "));
+  }
+  if (s.report.has_measured) {
+    const auto keys = axis_keys(s);
+    if (s.report.measured.key == "seed" || std::find(keys.begin(), keys.end(), s.report.measured.key) == keys.end())
+      fail<SweepError>("{}: report.measured.key = \"{}\" is not a swept key (swept: {})", path, s.report.measured.key,
+                       fmt::join(std::vector<std::string>(keys.begin(), keys.end() - 1), ", "));
   }
   // Selectors name configurations, so their keys must be swept (not the seed: pairs run over it).
   auto check_selector = [&](const ReportSpec::Selector& sel, const std::string& what) {

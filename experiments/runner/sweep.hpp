@@ -81,6 +81,14 @@ struct ReportSpec {
   };
   bool has_bubble = false;
   Bubble bubble;
+  // measured = { file = "...", key = "model.attention" }: a CSV of figures measured outside the
+  // sweep joined to every run by the run's value of `key` (experiments/runner/measured.hpp).
+  struct Measured {
+    std::string file;  // relative to the working directory of `attnlab report`
+    std::string key;   // a swept key
+  };
+  bool has_measured = false;
+  Measured measured;
   // A configuration named by some of its axis values: { "model.key_size" = 16 }.
   using Selector = std::vector<std::pair<std::string, Value>>;
   Selector baseline;  // optional: every other configuration's paired difference against this one

@@ -103,7 +103,7 @@ HeadConfig read_head_config(const Options& o, int64_t d_model, int64_t heads_for
   };
   c.key_size = size("key_size");
   c.value_size = size("value_size");
-  c.bias = o.get_bool("bias");
+  c.bias = o.accepts("bias") && o.get_bool("bias");
   c.causal = o.get_bool("causal");
   c.attn_dropout = o.get_double("attn_dropout");
   if (!(c.attn_dropout >= 0 && c.attn_dropout < 1)) o.reject("attn_dropout", "must be in [0, 1)");

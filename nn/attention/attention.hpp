@@ -97,7 +97,7 @@ struct HeadConfig {
 // attn_dropout and the gate options).
 std::vector<OptionSchema> multihead_options();
 // Resolves sizes that default to D/h; an h that does not divide D is an error asking for the
-// size explicitly.
+// size explicitly. A schema without `bias` (mla) reads as bias = false.
 HeadConfig read_head_config(const Options& o, int64_t d_model, int64_t heads_for_defaults);
 
 // Checks x (B, N, D) and the optional context (B, M, D); returns the keys' source.

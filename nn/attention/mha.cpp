@@ -248,18 +248,14 @@ AttentionResult MultiHeadAttention::forward(const Tensor& x, const Tensor& conte
   Tensor k = keys(c, 0);                      // (B, g, M, dk)
   Tensor v = split_heads((*v_proj)(c), options.kv_heads);  // (B, g, M, dv)
   if (!need_weights) {
-    // The fused path: tiled online-softmax (or sigmoid, or softpick) attention, no (N, M) matrix in memory;
-    // backward recomputes the probabilities from the saved row log-sum-exps. qk_norm and RoPE
+    // The fused path: tiled online-softmax (or sigmoid, or softpick) attention, no (N, M)
+    // matrix in memory; backward recomputes the probabilities from saved row statistics. qk_norm and RoPE
     // are already applied to q and k (O(N dk)); grouped k and v are read in place, except when
     // pruning left unequal groups (kv_index), where they are gathered to the h heads. The
     // composed path below (the readable twin, and the one that can return the probabilities)
     // is what tests check it against.
     check_mask(mask, N, M, "mha");
-    TilePattern pattern;
-    pattern.lo.assign(N, 0);
-    pattern.hi.resize(N);
-    for (int64_t n = 0; n < N; ++n) pattern.hi[n] = is_causal ? std::min(n + 1, M) : M;
-    pattern.mask = mask;
+    TilePattern pattern = dense_tile_pattern(N, M, is_causal, mask);
     if (!options.kv_index.empty()) k = expand_kv(k), v = expand_kv(v);  // (B, h, M, dk|dv)
     Tensor o = tile_attention(q, k, v, pattern, tile_options(M)).out * head_scale(gate, head_mask);  // (B, h, N, dv)
     return {(*out_proj)(merge_heads(o)), Tensor()};

@@ -271,34 +271,62 @@ std::string PatternAttention::spec() const {
 // ---- local ----
 
 VariantSchema LocalAttention::schema() {
-  return pattern_schema("local", "sliding-window attention |n - m| <= window (Tay et al. 2020, LRA)",
-                        {{"window", OptionType::Int, "64", "w: keys within w positions of the query", {}}},
-                        "O(B h N min(2w+1, M) (dk + dv)) + projections O(B (N + M) D h (dk + dv))",
-                        "O(B h (N + M) (dk + dv)): tiles of the band, never N x M", false);
+  return pattern_schema(
+      "local", "sliding-window attention |n - m| <= window, plus sink keys m < sink_tokens (Tay et al. 2020, LRA; "
+               "Xiao et al. 2024, StreamingLLM)",
+      {{"window", OptionType::Int, "64", "w: keys within w positions of the query", {}},
+       {"sink_tokens", OptionType::Int, "0", "s: keys 0..s-1 are attended by every query (causal: m <= n)", {}}},
+      "O(B h N min(2w+1+s, M) (dk + dv)) + projections O(B (N + M) D h (dk + dv))",
+      "O(B h (N + M) (dk + dv)): tiles of the band and of the sinks, never N x M", false);
 }
 
 std::shared_ptr<Attention> LocalAttention::make(const Options& o, int64_t d_model) {
   HeadConfig c = read_head_config(o, d_model, o.get_int("heads"));
-  return std::make_shared<LocalAttention>(d_model, c, positive(o, "window"));
+  const int64_t s = o.get_int("sink_tokens");
+  if (s < 0) o.reject("sink_tokens", "must be a non-negative integer (0 = no sinks)");
+  return std::make_shared<LocalAttention>(d_model, c, positive(o, "window"), s);
 }
 
-LocalAttention::LocalAttention(int64_t d_model, const HeadConfig& config, int64_t w)
-    : PatternAttention("local", d_model, config), window(w) {}
+LocalAttention::LocalAttention(int64_t d_model, const HeadConfig& config, int64_t w, int64_t s)
+    : PatternAttention("local", d_model, config), window(w), sink_tokens(s) {}
 
-bool LocalAttention::allows(int64_t n, int64_t m) const { return std::abs(n - m) <= window; }
+bool LocalAttention::allows(int64_t n, int64_t m) const { return std::abs(n - m) <= window || m < sink_tokens; }
 
+// Row i attends the band [lo, hi) and the sinks [0, s_i), s_i = min(s, M) (causal: also <= i + 1).
+// Their union is [0, max(hi, s_i)) less the gap [s_i, lo) when the band starts after the sinks:
+// one row range with one exclusion, so the kernel skips the key tiles of the gap.
 std::vector<PatternAttention::Part> LocalAttention::parts(int64_t n, int64_t m, bool causal) const {
-  return {dilated_band(n, m, window, 1, causal)};
+  Part band = dilated_band(n, m, window, 1, causal);
+  if (sink_tokens == 0 || m == 0) return {band};
+  TilePattern& p = band.pattern;
+  p.ex_lo.assign(n, 0), p.ex_hi.assign(n, 0);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t s = std::min(sink_tokens, causal ? std::min(m, i + 1) : m);
+    if (p.lo[i] >= p.hi[i]) {  // no key in the window: the sinks alone
+      p.lo[i] = 0, p.hi[i] = s;
+      continue;
+    }
+    if (s < p.lo[i]) p.ex_lo[i] = s, p.ex_hi[i] = p.lo[i];
+    p.lo[i] = 0;
+    p.hi[i] = std::max(p.hi[i], s);
+  }
+  return {band};
 }
 
-std::string LocalAttention::own_options() const { return fmt::format("window={}", window); }
+std::string LocalAttention::own_options() const {
+  return sink_tokens == 0 ? fmt::format("window={}", window)
+                          : fmt::format("window={}, sink_tokens={}", window, sink_tokens);
+}
 
 namespace {
 
 struct WindowCache : AttentionCache {
   int64_t batch = 0;
-  Tensor k;  // (B, h, min(length, window), dk): the keys of the last positions, oldest first
-  Tensor v;  // (B, h, min(length, window), dv)
+  // The cached keys, in position order: the sinks [0, min(length, s)), then the window
+  // [max(s, length - window), length).
+  std::vector<int64_t> positions;  // (R)
+  Tensor k;                        // (B, h, R, dk)
+  Tensor v;                        // (B, h, R, dv)
   int64_t numel() const override { return k.defined() ? k.numel() + v.numel() : 0; }
 };
 
@@ -311,27 +339,34 @@ std::unique_ptr<AttentionCache> LocalAttention::make_cache(int64_t batch, int64_
   return c;
 }
 
-// The causal band 0 <= n - m <= window: a new query needs the `window` positions before it and
-// the new ones up to itself, so only the last `window` keys survive a step.
+// The causal rule m <= n and (n - m <= window or m < s): a query at n >= length needs the sinks,
+// the `window` positions before it and the new ones up to itself, so a step keeps the sinks and
+// the last `window` positions and drops the rest.
 Tensor LocalAttention::forward_step(const Tensor& x_new, AttentionCache& cache) {
   auto& c = step_cache<WindowCache>(cache, "local");
   check_step("local", d_model_, x_new, c.batch, c.length, -1);
   NoGradGuard no_grad;
-  const int64_t T = x_new.size(1);
+  const int64_t T = x_new.size(1), L = c.length;
   Heads hd = project(x_new, x_new);  // q (B, h, T, dk), k (B, h, T, dk), v (B, h, T, dv)
-  Tensor k = c.k.defined() ? cat({c.k, hd.k}, 2) : hd.k;  // (B, h, P + T, dk): key j at position length - P + j
-  Tensor v = c.v.defined() ? cat({c.v, hd.v}, 2) : hd.v;  // (B, h, P + T, dv)
-  const int64_t P = k.size(2) - T;
-  Tensor allowed = zeros({T, P + T}, kBool);  // (T, P + T): 0 <= (P + t) - j <= window
+  Tensor k = c.k.defined() ? cat({c.k, hd.k}, 2) : hd.k;  // (B, h, R, dk), R = cached + T
+  Tensor v = c.v.defined() ? cat({c.v, hd.v}, 2) : hd.v;  // (B, h, R, dv)
+  std::vector<int64_t> pos = c.positions;                 // (R): key row j is position pos[j]
+  for (int64_t t = 0; t < T; ++t) pos.push_back(L + t);
+  const int64_t R = int64_t(pos.size());
+  Tensor allowed = zeros({T, R}, kBool);  // (T, R)
   bool* a = allowed.data<bool>();
   for (int64_t t = 0; t < T; ++t)
-    for (int64_t j = std::max<int64_t>(0, P + t - window); j <= P + t; ++j) a[t * (P + T) + j] = true;
+    for (int64_t j = 0; j < R; ++j) a[t * R + j] = pos[j] <= L + t && (L + t - pos[j] <= window || pos[j] < sink_tokens);
   const double scale = 1.0 / std::sqrt(double(config.key_size));
-  Tensor p = softmax(matmul(hd.q * scale, transpose(k, -2, -1)), -1, allowed);  // (B, h, T, P + T)
+  Tensor p = softmax(matmul(hd.q * scale, transpose(k, -2, -1)), -1, allowed);  // (B, h, T, R)
   Tensor o = matmul(p, v);                                                       // (B, h, T, dv)
-  const int64_t keep = std::min(P + T, window);  // contiguous copies, so the old rows are freed
-  c.k = contiguous(narrow(k, 2, P + T - keep, keep));  // (B, h, keep, dk)
-  c.v = contiguous(narrow(v, 2, P + T - keep, keep));  // (B, h, keep, dv)
+  std::vector<int64_t> keep;  // rows of the sinks and of the last `window` positions
+  c.positions.clear();
+  for (int64_t j = 0; j < R; ++j)
+    if (pos[j] < sink_tokens || pos[j] >= L + T - window) keep.push_back(j), c.positions.push_back(pos[j]);
+  Tensor rows = from_vector(keep);
+  c.k = contiguous(index_select(k, 2, rows));  // (B, h, R', dk), copies so the dropped rows are freed
+  c.v = contiguous(index_select(v, 2, rows));  // (B, h, R', dv)
   c.length += T;
   return finish(o);  // (B, T, D)
 }

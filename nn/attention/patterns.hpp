@@ -1,7 +1,7 @@
 // The fixed positional sparsity patterns of docs/attention.md ("local" to "dilated"), on the MHA
 // projections:
 //
-//   local(window=w)                  allowed iff |n - m| <= w
+//   local(window=w, sink_tokens=s)   allowed iff |n - m| <= w or m < s   (sinks: Xiao et al. 2024)
 //   sparse_strided(stride=l)         allowed iff |n - m| < l or (n - m) mod l == 0   (Child et al. 2019)
 //   sparse_fixed(block=l, summary=c) allowed iff n div l == m div l or m mod l >= l - c   (Child et al. 2019)
 //   dilated(window=w, dilation=d)    allowed iff |n - m| <= w d and (n - m) mod d == 0
@@ -11,7 +11,8 @@
 // contiguous key ranges per query row after gathering rows (tile_attention.hpp), and parts are
 // merged exactly by their log-sum-exps:
 //
-//   local           one part, the band                                      O(N w)
+//   local           one part, the band; with sinks the band runs from key 0 with the gap
+//                   between the sinks and the window excluded (ex_lo, ex_hi)  O(N (w + s))
 //   dilated         positions grouped by n mod d (index_select), then a band of width w in each group
 //                                                                           O(N w)
 //   sparse_strided  the band |n - m| < l, plus dense attention inside each residue class mod l
@@ -84,17 +85,18 @@ class PatternAttention : public ProjectedAttention {
 
 class LocalAttention : public PatternAttention {
  public:
-  LocalAttention(int64_t d_model, const HeadConfig& config, int64_t window);
+  LocalAttention(int64_t d_model, const HeadConfig& config, int64_t window, int64_t sink_tokens = 0);
   static VariantSchema schema();
   static std::shared_ptr<Attention> make(const Options& options, int64_t d_model);
   bool allows(int64_t n, int64_t m) const override;
   std::vector<Part> parts(int64_t n, int64_t m, bool causal) const override;
   std::string type_name() const override { return "LocalAttention"; }
-  // A rolling window: the keys and values of the last `window` positions only,
-  // B h min(length, window) (dk + dv) numbers whatever the length (max_len is not needed).
+  // The sink positions [0, s) and a rolling window of the last `window` positions after them:
+  // B h min(length, s + window) (dk + dv) numbers whatever the length (max_len is not needed).
   std::unique_ptr<AttentionCache> make_cache(int64_t batch, int64_t max_len) const override;
   Tensor forward_step(const Tensor& x_new, AttentionCache& cache) override;
   int64_t window;
+  int64_t sink_tokens;  // s: keys 0..s-1 are attended by every query (causal: by those at n >= m)
 
  protected:
   std::string own_options() const override;

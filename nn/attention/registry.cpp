@@ -9,6 +9,7 @@
 #include "nn/attention/longformer.hpp"
 #include "nn/attention/lsh.hpp"
 #include "nn/attention/mha.hpp"
+#include "nn/attention/mla.hpp"
 #include "nn/attention/mixer.hpp"
 #include "nn/attention/nystrom.hpp"
 #include "nn/attention/patterns.hpp"
@@ -23,7 +24,8 @@ namespace {
 
 std::vector<Variant>& table() {
   static std::vector<Variant> t = {
-      // In docs/attention.md order: the multi-head mechanism, then efficient attention.
+      // In docs/attention.md order: the multi-head mechanism, efficient attention, then the
+      // attention of current models.
       {MultiHeadAttention::schema(), MultiHeadAttention::make},
       {TalkingHeadsAttention::schema(), TalkingHeadsAttention::make},
       {CollaborativeAttention::schema(), CollaborativeAttention::make},
@@ -44,6 +46,7 @@ std::vector<Variant>& table() {
       {Performer::schema(), Performer::make},
       {FNet::schema(), FNet::make},
       {Mixer::schema(), Mixer::make},
+      {LatentAttention::schema(), LatentAttention::make},
   };
   return t;
 }

@@ -135,6 +135,12 @@ const OptionSchema& Options::schema_of(const std::string& name) const {
 
 bool Options::given(const std::string& name) const { return values_.count(name) > 0; }
 
+bool Options::accepts(const std::string& name) const {
+  for (const OptionSchema& o : schema_->options)
+    if (o.name == name) return true;
+  return false;
+}
+
 std::string Options::raw(const std::string& name) const {
   auto it = values_.find(name);
   if (it != values_.end()) return it->second;

@@ -47,6 +47,8 @@ class Options {
   Options(const VariantSchema& schema, const Spec& spec);
   const std::string& variant() const { return variant_; }
   bool given(const std::string& name) const;
+  // Whether the schema declares `name` (mla has the head options without `bias`).
+  bool accepts(const std::string& name) const;
   int64_t get_int(const std::string& name) const;
   double get_double(const std::string& name) const;
   bool get_bool(const std::string& name) const;

@@ -47,6 +47,17 @@ std::vector<double> golden_losses(DType dtype, std::vector<double>* expected) {
   return losses;
 }
 
+// A causal LM of width 16 with learned positions.
+nn::LMConfig lm_config(const std::string& attention, int64_t layers, int64_t vocab, int64_t max_len) {
+  nn::LMConfig c;
+  c.block.d_model = 16;
+  c.block.attention = attention;
+  c.layers = layers;
+  c.vocab_size = vocab;
+  c.max_len = max_len;
+  return c;
+}
+
 }  // namespace
 
 TEST_CASE("10 AdamW steps of a 2-layer pre-norm transformer classifier match PyTorch (float64, 1e-6)") {
@@ -93,13 +104,7 @@ TEST_CASE("EncoderClassifier: feature inputs, mean pooling, padding, post-norm")
 
 TEST_CASE("CausalLM: the output at position n does not depend on tokens after n; every parameter gets a gradient") {
   manual_seed(3);
-  nn::LMConfig c;
-  c.block.d_model = 16;
-  c.block.attention = "mha(heads=4)";
-  c.layers = 2;
-  c.vocab_size = 13;
-  c.max_len = 8;
-  nn::CausalLM lm(c);
+  nn::CausalLM lm(lm_config("mha(heads=4)", 2, 13, 8));
   Tensor a = from_vector<int64_t>({1, 2, 3, 4, 5, 6}, {1, 6});
   Tensor b = from_vector<int64_t>({1, 2, 3, 9, 9, 9}, {1, 6});
   Tensor la = lm.forward(a), lb = lm.forward(b);
@@ -111,6 +116,65 @@ TEST_CASE("CausalLM: the output at position n does not depend on tokens after n;
     CAPTURE(name);
     CHECK(p.grad().defined());
   }
+}
+
+TEST_CASE("CausalLM positions: learned has pos_emb (max_len, D); none has none, takes any length and trains") {
+  nn::LMConfig c = lm_config("mha(heads=2)", 1, 7, 8);
+  manual_seed(4);
+  nn::CausalLM learned(c);
+  c.positions = "none";
+  manual_seed(4);
+  nn::CausalLM none(c);
+  auto names = [](const nn::Module& m) {
+    std::vector<std::string> out;
+    for (auto& [name, p] : m.named_parameters()) out.push_back(name);
+    return out;
+  };
+  const auto with = names(learned), without = names(none);
+  CHECK(std::find(with.begin(), with.end(), "pos_emb.weight") != with.end());
+  CHECK(learned.pos_emb->weight.shape() == Dims{8, 16});
+  CHECK(std::find(without.begin(), without.end(), "pos_emb.weight") == without.end());
+  CHECK(!none.pos_emb);
+  CHECK(with.size() == without.size() + 1);
+  CHECK(learned.num_parameters() == none.num_parameters() + 8 * 16);
+  // max_len bounds the learned table only
+  Generator gen(5);
+  Tensor long_tokens = randint(0, 7, {2, 20}, gen);
+  CHECK(none.forward(long_tokens).shape() == Dims{2, 20, 7});
+  CHECK(error_of([&] { learned.forward(long_tokens); }).find("sequence length 20 exceeds max_len 8") !=
+        std::string::npos);
+  // without positions it still trains: counting sequences (start + n) mod 7 from random starts,
+  // 60 AdamW steps take the next-token loss from about log 7 to below half of it
+  optim::AdamW opt(none.parameters(), {.lr = 1e-2});
+  auto loss_at = [&](Generator& g) {
+    std::vector<int64_t> v(8 * 13), start = randint(0, 7, {8}, g).to_vector<int64_t>();
+    for (int64_t b = 0; b < 8; ++b)
+      for (int64_t n = 0; n < 13; ++n) v[b * 13 + n] = (start[b] + n) % 7;
+    Tensor x = from_vector(v, {8, 13});                                       // (8, 13)
+    Tensor logits = none.forward(narrow(x, 1, 0, 12));                        // (8, 12, 7)
+    return nn::cross_entropy(reshape(logits, {-1, 7}), reshape(contiguous(narrow(x, 1, 1, 12)), {-1}));
+  };
+  Generator data(6);
+  double first = 0, last = 0;
+  for (int step = 0; step < 60; ++step) {
+    opt.zero_grad();
+    Tensor loss = loss_at(data);
+    loss.backward();
+    opt.step();
+    if (step == 0) first = loss.item();
+    last = loss.item();
+  }
+  CAPTURE(first);
+  CAPTURE(last);
+  CHECK(first > 1.7);          // about log 7 = 1.95 at the start
+  CHECK(last < 0.5 * first);
+}
+
+TEST_CASE("CausalLM positions: a value other than learned or none is a ValueError naming it") {
+  nn::LMConfig c = lm_config("mha(heads=2)", 1, 7, 8);
+  c.positions = "sinusoidal";
+  CHECK(error_of([&] { nn::CausalLM lm(c); }).find("CausalLM: positions must be learned or none, got 'sinusoidal'") !=
+        std::string::npos);
 }
 
 TEST_CASE("EncoderDecoder: shapes, causal decoder, cross-attention reaches the source; gradcheck of a block") {

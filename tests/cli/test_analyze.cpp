@@ -138,6 +138,13 @@ TEST_CASE("analyze: a tiny char-LM run measures rare-token mass against uniform 
   fs::remove_all(run);
 }
 
+TEST_CASE("analyze: a char-LM without learned positions (model.positions = none) gets its role table") {
+  const fs::path run = tiny_run("lm", {"task.length=24", "train.batch_size=4", "eval.batches=1", "model.positions=none"});
+  const json j = analysis_of(run, 6);
+  check_every_head(run, j, 2, 4);
+  fs::remove_all(run);
+}
+
 TEST_CASE("analyze and viz: a missing or incomplete run directory is named in the error") {
   const fs::path dir = scratch("broken");
   auto errors = [](const fs::path& d) {

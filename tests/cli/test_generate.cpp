@@ -22,14 +22,20 @@ Run generate(const std::vector<std::string>& args) {
   return {status, out.str(), err.str()};
 }
 
-// A small untrained LM over the vocabulary "\nabc" (ids 0..3), saved with its tokenizer.
-std::string checkpoint(const std::string& dir) {
+// A one-layer LM of width 16 over 4 token ids.
+nn::LMConfig tiny_lm(const std::string& attention, int64_t max_len) {
   nn::LMConfig c;
   c.block.d_model = 16;
-  c.block.attention = "mha(heads=2)";
+  c.block.attention = attention;
   c.layers = 1;
   c.vocab_size = 4;
-  c.max_len = 32;
+  c.max_len = max_len;
+  return c;
+}
+
+// A small untrained LM over the vocabulary "\nabc" (ids 0..3), saved with its tokenizer.
+std::string checkpoint(const std::string& dir) {
+  nn::LMConfig c = tiny_lm("mha(heads=2)", 32);
   manual_seed(1);
   nn::CausalLM lm(c);
   const std::string path = dir + "/lm.safetensors";
@@ -57,6 +63,39 @@ TEST_CASE("save_causal_lm and load_causal_lm round-trip the model") {
   Tensor tokens = from_vector(std::vector<int64_t>{0, 1, 2, 3}, {1, 4});
   CHECK(testing::allclose(lm.model->forward(tokens), again.forward(tokens)));
   CHECK_THROWS_AS(nn::save_causal_lm(temp_dir() + "/x.safetensors", again, {{"lm.layers", "3"}}), ValueError);
+}
+
+TEST_CASE("LM checkpoints record positions; a file without lm.positions loads as learned") {
+  const std::string dir = temp_dir();
+  nn::LMConfig c = tiny_lm("local(heads=2, window=4, sink_tokens=1)", 8);
+  c.positions = "none";
+  manual_seed(2);
+  nn::CausalLM lm(c);
+  nn::save_causal_lm(dir + "/positions_none.safetensors", lm);
+  nn::LoadedLM loaded = nn::load_causal_lm(dir + "/positions_none.safetensors");
+  CHECK(loaded.model->config.positions == "none");
+  CHECK(loaded.metadata.at("lm.positions") == "none");
+  CHECK(!loaded.model->pos_emb);
+  Tensor tokens = from_vector(std::vector<int64_t>{0, 1, 2, 3, 0, 1, 2, 3, 0, 1}, {1, 10});  // longer than max_len
+  CHECK(testing::allclose(loaded.model->forward(tokens), lm.forward(tokens), 0, 0));
+
+  // A checkpoint without the key: learned positions, its pos_emb loaded
+  Metadata meta;
+  TensorMap weights = load_safetensors(checkpoint(dir), &meta);
+  REQUIRE(meta.erase("lm.positions") == 1);
+  save_safetensors(dir + "/old.safetensors", weights, meta);
+  nn::LoadedLM old = nn::load_causal_lm(dir + "/old.safetensors");
+  CHECK(old.model->config.positions == "learned");
+  CHECK(testing::allclose(old.model->pos_emb->weight, weights.at("pos_emb.weight"), 0, 0));
+
+  meta["lm.positions"] = "rotary";
+  save_safetensors(dir + "/bad.safetensors", weights, meta);
+  const std::string err = error_of([&] { nn::load_causal_lm(dir + "/bad.safetensors"); });
+  CHECK(err.find("bad.safetensors: metadata lm.positions must be learned or none, got 'rotary'") != std::string::npos);
+  // a none file whose weights hold a pos_emb is refused by the strict load
+  meta["lm.positions"] = "none";
+  save_safetensors(dir + "/mixed.safetensors", weights, meta);
+  CHECK(error_of([&] { nn::load_causal_lm(dir + "/mixed.safetensors"); }).find("pos_emb") != std::string::npos);
 }
 
 TEST_CASE("attnlab generate: text out, seeded, cached equals uncached") {

@@ -19,8 +19,8 @@ using Rule = std::function<bool(int64_t n, int64_t m)>;
 
 // The allowed rules, written plainly from docs/attention.md (independent of
 // nn/attention/patterns.cpp).
-Rule local_rule(int64_t w) {
-  return [=](int64_t n, int64_t m) { return std::abs(n - m) <= w; };
+Rule local_rule(int64_t w, int64_t sinks = 0) {
+  return [=](int64_t n, int64_t m) { return std::abs(n - m) <= w || m < sinks; };
 }
 Rule strided_rule(int64_t l) {
   return [=](int64_t n, int64_t m) { return std::abs(n - m) < l || (n - m) % l == 0; };
@@ -104,6 +104,9 @@ std::vector<VariantCase> small_variants() {
   return {
       {"local(heads=2, window=2)", local_rule(2)},
       {"local(heads=2, window=1, key_size=3, value_size=5)", local_rule(1)},
+      {"local(heads=2, window=1, sink_tokens=2)", local_rule(1, 2)},
+      {"local(heads=2, window=2, sink_tokens=1)", local_rule(2, 1)},
+      {"local(heads=2, window=1, sink_tokens=6)", local_rule(1, 6)},
       {"sparse_strided(heads=2, stride=3, causal=false)", strided_rule(3)},
       {"sparse_strided(heads=2, stride=1, causal=false)", strided_rule(1)},
       {"sparse_fixed(heads=2, block=4, summary=1, causal=false)", fixed_rule(4, 1)},
@@ -185,6 +188,7 @@ TEST_CASE("sparse_strided and sparse_fixed default to causal; the twin agrees wi
 TEST_CASE("longer sequences: several tiles per part, every variant at defaults-like options (float64)") {
   const std::vector<VariantCase> cases = {
       {"local(heads=2, window=20)", local_rule(20)},
+      {"local(heads=2, window=20, sink_tokens=4)", local_rule(20, 4)},
       {"sparse_strided(heads=2, stride=9)", strided_rule(9)},
       {"sparse_fixed(heads=2, block=16, summary=3)", fixed_rule(16, 3)},
       {"dilated(heads=2, window=10, dilation=3)", dilated_rule(10, 3)},
@@ -206,7 +210,8 @@ TEST_CASE("longer sequences: several tiles per part, every variant at defaults-l
 }
 
 TEST_CASE("float32 layers agree with float64 ones with the same weights") {
-  for (std::string spec : {"local(heads=2, window=7)", "sparse_strided(heads=2, stride=5)",
+  for (std::string spec : {"local(heads=2, window=7)", "local(heads=2, window=7, sink_tokens=3)",
+                           "sparse_strided(heads=2, stride=5)",
                            "sparse_fixed(heads=2, block=6, summary=2)", "dilated(heads=2, window=3, dilation=3)"}) {
     CAPTURE(spec);
     manual_seed(3);
@@ -268,10 +273,43 @@ TEST_CASE("local with a window covering the sequence equals mha with the same we
   }
 }
 
+TEST_CASE("local with sinks: the sinks join the window once, sink_tokens=0 is plain local, s >= N is mha") {
+  auto plain = make64("local(heads=2, window=2)");
+  auto sinks = make64("local(heads=2, window=2, sink_tokens=0)", 8, 99);
+  auto all = make64("local(heads=2, window=2, sink_tokens=12)", 8, 98);
+  auto dense = make64("mha(heads=2)", 8, 97);
+  sinks->load_state_dict(plain->state_dict());
+  all->load_state_dict(plain->state_dict());
+  dense->load_state_dict(plain->state_dict());
+  auto two = make64("local(heads=2, window=2, sink_tokens=2)", 8, 96);
+  two->load_state_dict(plain->state_dict());
+  Generator g(14);
+  Tensor x = randn({2, 12, 8}, g, kFloat64);
+  for (bool causal : {false, true}) {
+    CAPTURE(causal);
+    auto rp = plain->forward(x, {}, {}, causal, true);
+    CHECK(allclose(sinks->forward(x, {}, {}, causal).output, rp.output, 0, 0));
+    // every key is a sink when s >= N: full attention (with causal: mha's causal attention)
+    CHECK(allclose(all->forward(x, {}, {}, causal).output, dense->forward(x, {}, {}, causal).output, 1e-10, 1e-12));
+    auto r2 = two->forward(x, {}, {}, causal, true);
+    // row 9 attends the sinks 0, 1 and the window 7..11 (causal: 7..9), nothing in the gap 2..6
+    for (int64_t m = 0; m < 12; ++m) {
+      CAPTURE(m);
+      const bool allowed = m < 2 || (m >= 7 && (causal ? m <= 9 : m <= 11));
+      CHECK((r2.attention.at({1, 1, 9, m}) > 0.0) == allowed);
+    }
+    // row 1 has its sinks inside its window: each key once, the row sums to 1 as plain local's does
+    CHECK(allclose(narrow(r2.attention, 2, 0, 3), narrow(rp.attention, 2, 0, 3), 1e-12, 1e-14));
+    CHECK(allclose(sum(r2.attention, {-1}), ones({2, 2, 12}, kFloat64), 1e-12, 1e-12));
+  }
+}
+
 TEST_CASE("pattern gradcheck: every variant, self and causal with padding, cross with a masked row, gates") {
   const std::vector<std::string> specs = {
       "local(heads=2, window=1)",
       "local(heads=2, window=2, causal=true, gate=hard_concrete)",
+      "local(heads=2, window=1, sink_tokens=2)",
+      "local(heads=2, window=1, sink_tokens=1, causal=true, key_size=3)",
       "sparse_strided(heads=2, stride=2)",
       "sparse_strided(heads=2, stride=3, causal=false, bias=false)",
       "sparse_fixed(heads=2, block=3, summary=1, gate=hard_concrete)",
@@ -300,8 +338,24 @@ TEST_CASE("pattern gradcheck: every variant, self and causal with padding, cross
   }
 }
 
+TEST_CASE("local with sinks gradcheck: cross-attention rows past the window attend the sinks alone") {
+  auto a = make64("local(heads=2, window=1, sink_tokens=2, key_size=3)");
+  Generator g(15);
+  Tensor x = randn({2, 8, 8}, g, kFloat64).requires_grad_();    // queries n = 0..7
+  Tensor ctx = randn({2, 4, 8}, g, kFloat64).requires_grad_();  // keys m = 0..3: rows n >= 5 see the sinks only
+  std::vector<Tensor> inputs = {x, ctx};
+  for (auto& [n, p] : a->named_parameters()) inputs.push_back(p);
+  Tensor mask = row_mask(2, 8, 4, 16);
+  auto probs = a->forward(x, ctx, mask, false, true).attention;  // (2, 2, 8, 4)
+  CHECK(probs.at({0, 0, 6, 2}) == 0.0);
+  CHECK(probs.at({0, 0, 6, 0}) + probs.at({0, 0, 6, 1}) == doctest::Approx(1.0));
+  auto r = gradcheck([&](const std::vector<Tensor>& in) { return a->forward(in[0], in[1], mask).output; }, inputs);
+  CHECK_MESSAGE(r.ok, r.message);
+}
+
 TEST_CASE("attention dropout (train mode) is the kernel's counter-based draw on the joint pattern") {
   for (const VariantCase& vc : {VariantCase{"sparse_strided(heads=2, stride=3, attn_dropout=0.3)", strided_rule(3)},
+                                VariantCase{"local(heads=2, window=2, sink_tokens=2, attn_dropout=0.4)", local_rule(2, 2)},
                                 VariantCase{"dilated(heads=2, window=2, dilation=2, attn_dropout=0.5)", dilated_rule(2, 2)}}) {
     CAPTURE(vc.spec);
     auto a = make64(vc.spec);
@@ -321,7 +375,8 @@ TEST_CASE("attention dropout (train mode) is the kernel's counter-based draw on 
 }
 
 TEST_CASE("a pruned pattern layer equals the masked one") {
-  for (std::string spec : {"local(heads=4, window=2, gate=hard_concrete)", "sparse_strided(heads=4, stride=3)",
+  for (std::string spec : {"local(heads=4, window=2, gate=hard_concrete)", "local(heads=4, window=1, sink_tokens=2)",
+                           "sparse_strided(heads=4, stride=3)",
                            "sparse_fixed(heads=4, block=3, summary=1, key_size=3)", "dilated(heads=4, window=1, dilation=2)"}) {
     CAPTURE(spec);
     auto a = make64(spec);
@@ -342,7 +397,7 @@ TEST_CASE("a pruned pattern layer equals the masked one") {
 }
 
 TEST_CASE("pattern specs round-trip, list the MHA parameters, and state their costs") {
-  for (std::string spec : {"local(window=5)", "sparse_strided(stride=4)", "sparse_fixed(block=6, summary=2)",
+  for (std::string spec : {"local(window=5)", "local(window=5, sink_tokens=3)", "sparse_strided(stride=4)", "sparse_fixed(block=6, summary=2)",
                            "dilated(window=3, dilation=4)"}) {
     CAPTURE(spec);
     auto a = make_attention(spec, 16);
@@ -356,6 +411,8 @@ TEST_CASE("pattern specs round-trip, list the MHA parameters, and state their co
     CHECK(a->named_buffers().size() == 1);
   }
   CHECK(make_attention("local", 16)->spec().find("window=64") != std::string::npos);
+  CHECK(make_attention("local", 16)->spec().find("sink_tokens") == std::string::npos);  // shown when s > 0
+  CHECK(make_attention("local(sink_tokens=4)", 16)->spec().find("window=64, sink_tokens=4") != std::string::npos);
   CHECK(make_attention("sparse_strided", 16)->spec().find("stride=32") != std::string::npos);
   CHECK(make_attention("sparse_fixed", 16)->spec().find("block=32, summary=4") != std::string::npos);
   CHECK(make_attention("dilated", 16)->spec().find("window=32, dilation=2") != std::string::npos);
@@ -377,6 +434,9 @@ TEST_CASE("bad pattern options are rejected with the variant, option and value")
   CHECK(err("sparse_fixed(summary=-1)").find("summary=-1") != std::string::npos);
   CHECK(err("dilated(dilation=0)").find("dilated: option dilation=0") != std::string::npos);
   CHECK(err("dilated(window=2.5)").find("expected an integer") != std::string::npos);
+  CHECK(err("local(sink_tokens=-1)").find("local: option sink_tokens=-1: must be a non-negative integer") !=
+        std::string::npos);
+  CHECK(err("local(sink_tokens=1.5)").find("expected an integer") != std::string::npos);
   CHECK(err("local(stride=2)").find("local: unknown option stride") != std::string::npos);
   auto a = make_attention("local(heads=2)", 16);
   Tensor x = zeros({1, 3, 16}), c = zeros({1, 4, 16});
@@ -388,7 +448,8 @@ TEST_CASE("bad pattern options are rejected with the variant, option and value")
 
 TEST_CASE("forward+backward peak memory grows linearly in N (no N x M tensor)") {
   // mha's scores and probabilities alone would grow 16x from N = 512 to 2048
-  for (std::string spec : {"local(heads=2, window=16)", "dilated(heads=2, window=8, dilation=2)",
+  for (std::string spec : {"local(heads=2, window=16)", "local(heads=2, window=16, sink_tokens=4)",
+                           "dilated(heads=2, window=8, dilation=2)",
                            "sparse_strided(heads=2, stride=32)", "sparse_fixed(heads=2, block=32, summary=2)"}) {
     CAPTURE(spec);
     manual_seed(0);
@@ -422,6 +483,16 @@ TEST_CASE("docs/attention.md: the local example compiles and runs") {
   CHECK(p.at({0, 0, 9, 5}) == 0.0);  // |9 - 5| > 3
   CHECK(p.at({0, 0, 5, 6}) == 0.0);  // causal
   CHECK(p.at({0, 0, 9, 6}) > 0.0);
+
+  auto sinks = nn::make_attention("local(heads=4, window=3, sink_tokens=2)", 32);
+  Tensor ps = sinks->forward(x, {}, {}, /*causal=*/true, /*need_weights=*/true).attention;
+  CHECK(ps.at({0, 0, 9, 0}) > 0.0);  // a sink
+  CHECK(ps.at({0, 0, 9, 4}) == 0.0);  // the gap
+  CHECK(ps.at({0, 0, 9, 6}) > 0.0);  // the window
+  sinks->eval();
+  auto cache = sinks->make_cache(2, 0);
+  sinks->forward_step(x, *cache);
+  CHECK(cache->numel() == 2 * 4 * (2 + 3) * (8 + 8));  // B h (s + w) (dk + dv)
 }
 
 TEST_CASE("docs/attention.md: the sparse_strided, sparse_fixed and dilated examples compile and run") {

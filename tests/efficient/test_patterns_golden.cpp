@@ -1,4 +1,4 @@
-// Golden tests of the positional sparse patterns (local, sparse_strided, sparse_fixed, dilated)
+// Golden tests of the positional sparse patterns (local with and without sinks, sparse_strided, sparse_fixed, dilated)
 // against an independent PyTorch implementation: dense scores, the documented allowed-rule as a
 // boolean mask, masked softmax (tests/reference/patterns_reference.py, which also documents the
 // file layout). Each layer is built from its spec string alone, loads the PyTorch weights
@@ -15,8 +15,9 @@ namespace {
 
 // Keep in sync with CASES in patterns_reference.py (the last test enforces it).
 const std::vector<std::string> kCases = {
-    "local_cross_mask",    "local_causal_gate",   "strided_causal_pad", "strided_cross",
-    "fixed_causal_gate",   "fixed_cross_no_bias", "dilated_mask",       "dilated_causal_pad",
+    "local_cross_mask",    "local_causal_gate",   "local_sinks_causal_pad", "local_sinks_cross_mask",
+    "strided_causal_pad",  "strided_cross",       "fixed_causal_gate",      "fixed_cross_no_bias",
+    "dilated_mask",        "dilated_causal_pad",
 };
 
 const GoldenFile& golden() { return reference_file("patterns_golden.safetensors"); }
@@ -29,6 +30,10 @@ TEST_CASE("patterns golden: local, cross-attention, key_size != value_size, a fu
   run_case("local_cross_mask");
 }
 TEST_CASE("patterns golden: local, causal, hard_concrete gate in eval mode, head_mask") { run_case("local_causal_gate"); }
+TEST_CASE("patterns golden: local with sink tokens, causal, padding mask") { run_case("local_sinks_causal_pad"); }
+TEST_CASE("patterns golden: local with sink tokens, cross-attention on raw indices, a fully masked row") {
+  run_case("local_sinks_cross_mask");
+}
 TEST_CASE("patterns golden: sparse_strided, default causal, padding mask") { run_case("strided_causal_pad"); }
 TEST_CASE("patterns golden: sparse_strided, causal=false, cross-attention, a fully masked row") {
   run_case("strided_cross");

@@ -1,5 +1,6 @@
 // The decoding caches of the variants that override Attention::forward_step (talking_heads,
-// collaborative, synthesizer, local, linear, performer; mha is in test_generation.cpp): each
+// collaborative, synthesizer, local, linear, performer, mla on both decoding paths; mha is in
+// test_generation.cpp): each
 // step's rows equal the causal forward's, the cache stays the size the docs give, and cached
 // generation picks the same tokens as full recomputation.
 #include <string>
@@ -29,6 +30,8 @@ const std::vector<std::string> kVariants = {
     "local(window=2, heads=2",
     "linear(heads=2",
     "performer(heads=2, features=6",
+    "mla(heads=2, kv_rank=3",
+    "mla(heads=2, kv_rank=3, q_rank=4, absorb=false",
 };
 
 // Random gate parameters, so that every head gets another eval-mode gate value.
@@ -47,7 +50,9 @@ TEST_CASE("forward_step in chunks of 1, 3, 1, 2 positions equals the causal forw
   for (const std::string& base : kVariants) {
     for (const char* extra : {", bias=false, gate=hard_concrete)", ")"}) {
       for (DType dt : {kFloat64, kFloat32}) {
-        const std::string spec = base + extra;
+        std::string spec = base + extra;
+        if (base.rfind("mla", 0) == 0 && spec.find("bias=false") != std::string::npos)
+          spec = base + ", gate=hard_concrete)";  // mla has no biases to remove
         CAPTURE(spec);
         CAPTURE(dtype_name(dt));
         manual_seed(11);
@@ -97,6 +102,38 @@ TEST_CASE("local's decoding cache holds the last `window` positions only") {
   auto again = attn->make_cache(1, 0);
   attn->forward_step(narrow(x, 1, 0, 39), *again);
   CHECK(allclose(attn->forward_step(narrow(x, 1, 39, 1), *again), want, 1e-5, 1e-5));
+}
+
+TEST_CASE("local with sinks decodes in constant memory: the sinks and the window, each step the causal forward") {
+  // window w = 3, s = 2 sinks: 3 w + s = 11 positions and more, one at a time, in float64
+  manual_seed(3);
+  auto attn = nn::make_attention("local(window=3, sink_tokens=2, heads=2, key_size=5, value_size=3)", 8);
+  attn->to(kFloat64);
+  attn->eval();
+  Generator gen(4);
+  const int64_t steps = 3 * 3 + 2 + 4;
+  Tensor x = randn({2, steps, 8}, gen, kFloat64);  // (2, steps, 8)
+  auto cache = attn->make_cache(2, 4);             // max_len 4 < steps: not needed
+  for (int64_t n = 0; n < steps; ++n) {
+    CAPTURE(n);
+    Tensor y = attn->forward_step(narrow(x, 1, n, 1), *cache);                           // (2, 1, 8)
+    Tensor want = narrow(attn->forward(narrow(x, 1, 0, n + 1), {}, {}, true).output, 1, n, 1);  // (2, 1, 8)
+    CHECK(allclose(y, want, 1e-10, 1e-12));
+    // B h min(length, s + w) (dk + dv): the numbers stop growing once the sinks and the window are full
+    CHECK(cache->numel() == 2 * 2 * std::min<int64_t>(n + 1, 2 + 3) * (5 + 3));
+  }
+  // chunks that straddle the sinks and the window give the same rows
+  Tensor want = attn->forward(x, {}, {}, true).output;  // (2, steps, 8)
+  auto chunked = attn->make_cache(2, 0);
+  std::vector<Tensor> rows;
+  int64_t at = 0;
+  for (int64_t t : {1, 4, 2, 5, 3}) {
+    rows.push_back(attn->forward_step(narrow(x, 1, at, t), *chunked));
+    at += t;
+  }
+  CHECK(at == steps);
+  CHECK(allclose(cat(rows, 1), want, 1e-10, 1e-12));
+  CHECK(chunked->numel() == cache->numel());
 }
 
 TEST_CASE("forward_step errors of the cached variants") {

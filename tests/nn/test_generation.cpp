@@ -70,6 +70,45 @@ TEST_CASE("CausalLM forward_step equals the last rows of forward") {
         std::string::npos);
 }
 
+TEST_CASE("CausalLM without positions decodes past max_len where the caches allow it (local with sinks)") {
+  nn::LMConfig c = small_lm("local(window=3, sink_tokens=2, heads=2)");  // max_len 24
+  c.positions = "none";
+  manual_seed(5);
+  nn::CausalLM lm(c);
+  lm.to(kFloat64);
+  lm.eval();
+  Generator gen(6);
+  Tensor tokens = randint(0, 11, {2, 3 * 24}, gen);  // (2, 72): three times max_len
+  Tensor want = lm.forward(tokens);                  // (2, 72, 11)
+  nn::LMCache cache = lm.make_cache(2);
+  std::vector<Tensor> rows;
+  int64_t numel = 0;
+  for (int64_t n = 0; n < 72; ++n) {
+    rows.push_back(lm.forward_step(narrow(tokens, 1, n, 1), cache));
+    if (n == 4) numel = cache.layers[0]->numel();  // sinks and window full after 2 + 3 positions
+    if (n > 4) CHECK(cache.layers[0]->numel() == numel);
+  }
+  CHECK(numel == 2 * 2 * (2 + 3) * (8 + 8));  // B h (s + w) (dk + dv)
+  CHECK(allclose(cat(rows, 1), want, 1e-10, 1e-12));
+  // generation too: 40 new tokens after a 3-token prompt, cached equal to uncached
+  nn::GenerateOptions o{.max_new_tokens = 40, .temperature = 1.0, .seed = 7};
+  auto [prompt, cached, uncached] = generate_cached_and_uncached(lm, o);
+  CHECK(cached.shape() == Dims{2, 43});
+  CHECK(cached.to_vector<int64_t>() == uncached.to_vector<int64_t>());
+  // mha's KV cache still stops at max_len, naming it; learned positions stop the LM itself
+  nn::LMConfig m = small_lm("mha(heads=2)");
+  m.positions = "none";
+  nn::CausalLM mha_lm(m);
+  mha_lm.eval();
+  nn::LMCache mc = mha_lm.make_cache(2);
+  mha_lm.forward_step(narrow(tokens, 1, 0, 20), mc);
+  CHECK(error_of([&] { mha_lm.forward_step(narrow(tokens, 1, 20, 5), mc); }).find("exceed the cache's max_len 24") !=
+        std::string::npos);
+  nn::CausalLM learned(small_lm("local(window=3, sink_tokens=2, heads=2)"));
+  CHECK(error_of([&] { nn::generate(learned, narrow(tokens, 1, 0, 3), o); }).find("exceeds the model's max_len 24") !=
+        std::string::npos);
+}
+
 TEST_CASE("cached and uncached generation produce identical tokens") {
   for (const char* spec : {"mha(heads=4)", "talking_heads(heads=2)"}) {
     for (double temperature : {0.0, 1.0}) {

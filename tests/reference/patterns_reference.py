@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """Golden outputs and gradients from PyTorch for attnlab's positional sparse patterns.
 
-local, sparse_strided, sparse_fixed and dilated (docs/attention.md) are written here
-the plain way: MHA projections, the dense (N, M) score matrix, the documented allowed-rule as a
+local (with sink tokens), sparse_strided, sparse_fixed and dilated (docs/attention.md) are written
+here the plain way: MHA projections, the dense (N, M) score matrix, the documented allowed-rule as a
 boolean mask (with causal and the user's mask), a masked softmax, P V, head gates / head_mask,
 out_proj. The parameter and buffer names are attnlab's (q_proj, k_proj, v_proj, out_proj,
 gate.log_alpha, head_mask), so the state dicts load strictly into
@@ -29,8 +29,9 @@ import torch  # noqa: E402
 
 # ---- the allowed rules of docs/attention.md, on raw indices n < N, m < M ----
 
-def local_rule(w):
-    return lambda n, m: (n - m).abs() <= w
+def local_rule(w, sinks=0):
+    """The window |n - m| <= w, plus the sink keys m < sinks (StreamingLLM) for every query."""
+    return lambda n, m: ((n - m).abs() <= w) | (m < sinks)
 
 
 def strided_rule(l):
@@ -85,6 +86,11 @@ CASES = {
     "local_causal_gate": ("local(heads=4, window=3, causal=true, gate=hard_concrete)",
                           lambda: PatternMHA(D, 4, local_rule(3), causal=True, gate=True), 8, None, None,
                           {"gate.log_alpha": [-0.5, 0.3, 3.0, 1.2], "head_mask": [1.0, 0.0, 1.0, 1.0]}),
+    "local_sinks_causal_pad": ("local(heads=2, window=2, sink_tokens=2, causal=true)",
+                               lambda: PatternMHA(D, 2, local_rule(2, sinks=2), causal=True), 9, None,
+                               padding_mask, {}),
+    "local_sinks_cross_mask": ("local(heads=2, window=1, sink_tokens=3, key_size=3, value_size=5)",
+                               lambda: PatternMHA(D, 2, local_rule(1, sinks=3), dk=3, dv=5), 8, 6, key_mask, {}),
     "strided_causal_pad": ("sparse_strided(heads=2, stride=3)",
                            lambda: PatternMHA(D, 2, strided_rule(3), causal=True), 10, None, padding_mask, {}),
     "strided_cross": ("sparse_strided(heads=2, stride=2, causal=false)",

@@ -201,3 +201,40 @@ value = 0.5
         std::string::npos);
   fs::remove_all(dir);
 }
+
+TEST_CASE("report: a measured table joins each run by its variant name, for the table and the bubble chart") {
+  const fs::path dir = fresh_dir("report_measured");
+  const fs::path bench = dir / "bench.csv";
+  // mha matches "mha" exactly; "local(window=4)" by its variant name; a row nothing uses is ignored.
+  write_text_atomic(bench.string(), "variant,time_ms,memory_mib\nmha,634,789\nlocal,141,40\nlinear,94,\n");
+  write_text_atomic((dir / "sweep.toml").string(),
+                    kSweepHead + fmt::format(R"x([report]
+metric = "val_acc"
+measured = {{ file = "{}", key = "model.attention" }}
+bubble = {{ x = "time_ms", y = "val_acc", size = "memory_mib", label = "model.attention" }}
+)x",
+                                             bench.string()));
+  int id = 0;
+  for (int a = 0; a < 2; ++a)
+    for (int h = 0; h < 2; ++h)
+      for (int s = 0; s < 3; ++s, ++id) fake_run(dir, id, a == 0 ? "mha" : "local(window=4)", 2 << h, s, 0.5 + 0.1 * a);
+  std::ostringstream log;
+  const std::string md = read(write_report(dir, log));
+  CHECK(md.find("| model.attention | model.heads | n | val_acc | memory_mib | time_ms |") != std::string::npos);
+  CHECK(md.find("| `mha` | `2` | 3 | 0.5 ± 0 | 789 | 634 |") != std::string::npos);
+  CHECK(md.find("| `local(window=4)` | `4` | 3 | 0.6 ± 0 | 40 | 141 |") != std::string::npos);
+  CHECK(md.find("Measured outside the sweep and joined by `model.attention`") != std::string::npos);
+  CHECK(md.find("No row for") == std::string::npos);
+  const std::string bubble = read(dir / "plots/bubble.svg");
+  CHECK(bubble.find(">local(window=4)<") != std::string::npos);
+
+  // A configuration without a row is named; a field that is not a number names the file, line and column.
+  write_text_atomic(bench.string(), "variant,time_ms\nmha,634\n");
+  CHECK(read(write_report(dir, log)).find("No row for: `local(window=4)`.") != std::string::npos);
+  write_text_atomic(bench.string(), "variant,time_ms\nmha,fast\n");
+  CHECK_THROWS_WITH_AS(write_report(dir, log), doctest::Contains((bench.string() + ":2: column 'time_ms' must be a number").c_str()),
+                       ValueError);
+  write_text_atomic(bench.string(), "variant,time_ms\nmha,1\nmha,2\n");
+  CHECK_THROWS_WITH_AS(write_report(dir, log), doctest::Contains(":3: a second row for 'mha'"), ValueError);
+  fs::remove_all(dir);
+}

@@ -96,6 +96,9 @@ value = 0.1
   bad("[[report.expect]]\nname = \"n\"\na = { \"model.width\" = 4 }\nrelation = \"above\"\nvalue = 1\n",
       "names 'model.width', which is not a swept key");
   bad("[report]\nbaseline = { seed = 0 }\n", "report.baseline names 'seed'");
+  bad("[report]\nmeasured = { file = \"b.csv\", key = \"model.width\" }\n", "report.measured.key = \"model.width\" is not a swept key");
+  bad("[report]\nmeasured = { file = \"b.csv\" }\n", "report.measured needs file and key");
+  bad("[report]\nmeasured = { file = \"b.csv\", key = \"model.heads\", by = \"x\" }\n", "unknown key 'report.measured.by'");
   bad("[[report.expect]]\nname = \"n\"\na = { \"model.heads\" = 4 }\nrelation = \"above\"\nvalue = nan\n",
       "must be a finite number");
 }

@@ -665,6 +665,15 @@ TileAttentionResult tile_attention(const Tensor& q0, const Tensor& k0, const Ten
   return out;
 }
 
+TilePattern dense_tile_pattern(int64_t n, int64_t m, bool causal, const Tensor& mask) {
+  TilePattern pattern;
+  pattern.lo.assign(n, 0);
+  pattern.hi.resize(n);
+  for (int64_t i = 0; i < n; ++i) pattern.hi[i] = causal ? std::min(i + 1, m) : m;
+  pattern.mask = mask;
+  return pattern;
+}
+
 Tensor tile_pattern_dense(const TilePattern& p, int64_t n, int64_t m, int64_t batch, int64_t heads) {
   auto plan = make_plan(p, batch, heads, n, m, TileOptions{});
   const Plan& P = *plan;

@@ -55,6 +55,10 @@ struct TilePattern {
   Tensor mask;  // bool, broadcastable to (B, h, n_raw, m_raw), true = may attend; read at (q_pos, k_pos)
 };
 
+// Every key for every query (keys m <= n when causal), with the user's mask: the pattern of
+// plain softmax attention (the fused paths of mha and mla).
+TilePattern dense_tile_pattern(int64_t n, int64_t m, bool causal, const Tensor& mask);
+
 enum class TileScore { Softmax, Sigmoid, Softpick };
 
 struct TileOptions {

@@ -1,0 +1,75 @@
+// The lm experiment's length-extrapolation keys: model.positions (learned | none) and
+// eval.context (the final val_bpc on longer windows, reported as val_bpc_long).
+#include "catalog_run.hpp"
+#include "experiments/catalog/models.hpp"
+#include "helpers.hpp"
+
+using namespace attnlab;
+using namespace attnlab::testing;
+
+namespace {
+
+// A tiny lm run (context 24, 4 steps) into a fresh directory; returns the exit status.
+int tiny_lm(const std::filesystem::path& dir, const std::vector<std::string>& extra, std::string* console = nullptr) {
+  return run_catalog("lm", dir,
+                     {"task.length=24", "train.steps=4", "train.eval_every=4", "train.batch_size=4", "eval.batches=1",
+                      "model.d_model=16", "model.ffn_hidden=32", "model.attention=mha(heads=2)"},
+                     extra, console);
+}
+
+}  // namespace
+
+TEST_CASE("lm eval.context: val_bpc_long equals val_bpc at the training context, is absent when 0") {
+  const auto dir = fresh_run_dir("lm_positions", "same");
+  std::string console;
+  REQUIRE_MESSAGE(tiny_lm(dir, {"eval.context=24"}, &console) == 0, console);
+  auto m = summary_metrics(dir);
+  REQUIRE(m.contains("val_bpc_long"));
+  CHECK(m["val_bpc_long"].get<double>() == m["val_bpc"].get<double>());
+  CHECK(m["eval_context"].get<double>() == 24.0);
+
+  const auto off = fresh_run_dir("lm_positions", "off");
+  REQUIRE(tiny_lm(off, {}) == 0);
+  CHECK_FALSE(summary_metrics(off).contains("val_bpc_long"));
+  CHECK(summary_metrics(off)["val_bpc"].get<double>() == m["val_bpc"].get<double>());  // eval.context changes nothing else
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove_all(off);
+}
+
+TEST_CASE("lm model.positions = none: no pos_emb in the checkpoint, evaluated at 4x the training context") {
+  const auto dir = fresh_run_dir("lm_positions", "none");
+  std::string console;
+  REQUIRE_MESSAGE(tiny_lm(dir, {"model.positions=none", "eval.context=96"}, &console) == 0, console);
+  auto m = summary_metrics(dir);
+  const double long_bpc = m["val_bpc_long"].get<double>();
+  CHECK(std::isfinite(long_bpc));
+  CHECK(long_bpc > 0);
+  CHECK(long_bpc != m["val_bpc"].get<double>());  // other windows
+  CHECK(m["eval_context"].get<double>() == 96.0);
+  catalog::LoadedRun run = catalog::load_run(dir);
+  auto& lm = dynamic_cast<nn::CausalLM&>(*run.model);
+  CHECK(lm.config.positions == "none");
+  CHECK(!lm.pos_emb);
+  const auto state = lm.state_dict();
+  CHECK(state.count("pos_emb.weight") == 0);
+  CHECK(state.count("tok_emb.weight") == 1);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("lm: bad model.positions and eval.context values are errors naming the key and the numbers") {
+  std::string console;
+  const auto a = fresh_run_dir("lm_positions", "bad_positions");
+  CHECK(tiny_lm(a, {"model.positions=rope"}, &console) != 0);
+  CHECK(console.find("model.positions must be learned or none, got 'rope' (from --set)") != std::string::npos);
+  const auto b = fresh_run_dir("lm_positions", "learned_long");
+  CHECK(tiny_lm(b, {"eval.context=48"}, &console) != 0);
+  CHECK(console.find("eval.context = 48 (from --set) exceeds the learned position table of task.length = 24 rows") !=
+        std::string::npos);
+  const auto c = fresh_run_dir("lm_positions", "negative");
+  CHECK(tiny_lm(c, {"eval.context=-1"}, &console) != 0);
+  CHECK(console.find("eval.context must be >= 0 (0 = off), got -1 (from --set)") != std::string::npos);
+  const auto d = fresh_run_dir("lm_positions", "too_long");
+  CHECK(tiny_lm(d, {"model.positions=none", "eval.context=100000000"}, &console) != 0);
+  CHECK(console.find("eval.context = 100000000 (from --set) needs more than the") != std::string::npos);
+  for (const auto& dir : {a, b, c, d}) std::filesystem::remove_all(dir);
+}
