@@ -15,8 +15,8 @@ VariantSchema MultiHeadAttention::schema() {
   using T = OptionType;
   VariantSchema s{"mha", "scaled dot-product multi-head attention (Vaswani et al. 2017; Bhojanapalli et al. 2020)",
                   multihead_options(),
-                  "O(B h N M (dk + dv)) + projections O(B (N + M) D (h dk + g (dk + dv) + h dv))",
-                  "O(B h N M) for the scores and probabilities (need_weights); O(B h N dv) fused"};
+                  "O(B h N M (dk + dv)) + projections O(B D (N h (dk + dv) + M g (dk + dv))), g = kv_heads",
+                  "O(B h N M) for the scores and probabilities (need_weights); O(B h N dv) on the fused path"};
   s.options.insert(s.options.begin() + 4,
                    {"key_bias", T::Bool, "", "k_proj.bias exists (default = bias); it cannot change the output", {}});
   const std::vector<OptionSchema> current = {
