@@ -33,4 +33,9 @@ class RotaryEmbedding : public Module {
 // cat(-x2, x1) for x = cat(x1, x2) split in halves along the last dim.
 Tensor rotate_half(const Tensor& x);
 
+// RoPE without a table module: x (..., N, dim), dim even, rotated at positions offset .. offset
+// + N - 1 with base `base`; the angles are computed in double for these positions only (O(N dim)),
+// so any position is allowed and float64 inputs get float64 tables.
+Tensor rope_rotate(const Tensor& x, int64_t offset, double base = 10000.0);
+
 }  // namespace attnlab::nn

@@ -14,24 +14,6 @@ namespace attnlab::nn {
 
 namespace {
 
-// RoPE, rotate-half form, on u (..., N, dr) at positions offset .. offset + N - 1, base 10000.
-// The angle tables are computed in double for u's dtype (float64 runs match a float64 reference
-// to rounding) and for any length, so neither forward nor decoding has a position limit.
-Tensor rope(const Tensor& u, int64_t offset) {
-  const int64_t n = u.size(-2), dr = u.size(-1), half = dr / 2;
-  std::vector<double> theta(half);  // theta_j = 10000^(-2j/dr)
-  for (int64_t j = 0; j < half; ++j) theta[j] = std::pow(10000.0, -2.0 * double(j) / double(dr));
-  std::vector<double> c(n * dr), s(n * dr);  // (N, dr): cat(freqs, freqs)
-  for (int64_t p = 0; p < n; ++p)
-    for (int64_t j = 0; j < half; ++j) {
-      const double angle = double(offset + p) * theta[j];
-      c[p * dr + j] = c[p * dr + j + half] = std::cos(angle);
-      s[p * dr + j] = s[p * dr + j + half] = std::sin(angle);
-    }
-  Tensor cos = to(from_vector(c, Dims{n, dr}), u.dtype()), sin = to(from_vector(s, Dims{n, dr}), u.dtype());
-  return u * cos + rotate_half(u) * sin;  // (..., N, dr)
-}
-
 // A size that defaults to d_model / divisor; a divisor that does not divide d_model asks for it.
 int64_t size_option(const Options& o, const char* name, int64_t d_model, int64_t divisor, const char* default_text) {
   if (auto v = o.get_optional_int(name)) {
@@ -120,13 +102,13 @@ Tensor LatentAttention::queries(const Tensor& x, int64_t offset) const {
   const int64_t dk = config.head.key_size, dr = config.rope_size;
   Tensor q = q_proj ? (*q_proj)(x) : (*q_up)((*q_norm)((*q_down)(x)));  // (B, N, h*(dk+dr))
   q = split_heads(q, config.head.heads);                                // (B, h, N, dk+dr)
-  return cat({narrow(q, -1, 0, dk), rope(narrow(q, -1, dk, dr), offset)}, -1);
+  return cat({narrow(q, -1, 0, dk), rope_rotate(narrow(q, -1, dk, dr), offset)}, -1);
 }
 
 LatentAttention::Latent LatentAttention::latent(const Tensor& src, int64_t offset) const {
   const int64_t r = config.kv_rank;
   Tensor ckr = (*kv_down)(src);  // (B, M, r + dr)
-  return {(*kv_norm)(narrow(ckr, -1, 0, r)), rope(narrow(ckr, -1, r, config.rope_size), offset)};
+  return {(*kv_norm)(narrow(ckr, -1, 0, r)), rope_rotate(narrow(ckr, -1, r, config.rope_size), offset)};
 }
 
 std::pair<Tensor, Tensor> LatentAttention::keys_values(const Latent& lat) const {

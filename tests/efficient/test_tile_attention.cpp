@@ -1,6 +1,8 @@
 // The tiled attention kernel (nn/attention/kernels/tile_attention.hpp) against its naive twin:
 // random patterns with exclusions, gathered positions and broadcast masks, ragged tiles, empty
-// rows, lse as an output, dropout, float32, strided inputs, gradcheck, and bad patterns.
+// rows, lse as an output, dropout, float32, strided inputs, gradcheck, and bad patterns; and the
+// options of current models (grouped kv heads, ALiBi, softcap, sinks, sigmoid, softpick), alone and
+// together.
 #include <algorithm>
 #include <numeric>
 #include <random>
@@ -137,7 +139,11 @@ TEST_CASE("tile_attention: a row with no allowed key gives zero output, lse -inf
   // no keys at all (M = 0)
   auto e = nn::tile_attention(randn({1, 1, 3, 2}, g, kFloat64), zeros({1, 1, 0, 2}, kFloat64),
                               zeros({1, 1, 0, 3}, kFloat64), TilePattern{{0, 0, 0}, {0, 0, 0}, {}, {}, {}, {}, {}},
-                              TileOptions{0, 0, 0, true, 64, 64});
+                              [] {
+                                TileOptions o;
+                                o.need_lse = true, o.q_tile = o.k_tile = 64;
+                                return o;
+                              }());
   CHECK(allclose(e.out, zeros({1, 1, 3, 3}, kFloat64)));
   CHECK(e.lse.at({0, 0, 2}) == -INFINITY);
 }
@@ -253,4 +259,186 @@ TEST_CASE("tile_attention rejects bad patterns and inputs with clear errors") {
   bad = {};
   bad.q_tile = 0;
   CHECK(error_of([&] { nn::tile_attention(q, k, v, ok, bad); }).find("tile sizes must be positive") != std::string::npos);
+}
+
+namespace {
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// The options of current models for h = 4 query heads, by name: "gqa" (g = 2 kv heads), "mqa"
+// (g = 1), "alibi", "softcap", "sinks", "sigmoid", "all" (g = 2, alibi, softcap, sinks) and
+// "all_sigmoid" (g = 1, alibi, softcap, sigmoid), "softpick" (eps 0.05, so that the gradient
+// through the row max is visible) and "all_softpick" (g = 2, alibi, softcap, softpick). Returns g.
+int64_t set_options(const std::string& name, TileOptions& o, Generator& g, DType dt) {
+  const bool all = name.rfind("all", 0) == 0;
+  if (name == "alibi" || all) o.alibi = {0.5, 0.25, 0.7, 0.0625};
+  if (name == "softcap" || all) o.softcap = 1.3;
+  if (name == "sinks" || name == "all") o.sinks = randn({4}, g, dt);
+  if (name == "sigmoid" || name == "all_sigmoid") o.score = nn::TileScore::Sigmoid, o.sigmoid_bias = -0.8;
+  if (name == "softpick" || name == "all_softpick") o.score = nn::TileScore::Softpick, o.softpick_eps = 0.05;
+  return name == "gqa" || name == "all" || name == "all_softpick" ? 2 : name == "mqa" || name == "all_sigmoid" ? 1 : 4;
+}
+
+const std::vector<std::string> kOptionSets = {"gqa",     "mqa",      "alibi", "softcap",     "sinks",
+                                              "sigmoid", "softpick", "all",   "all_sigmoid", "all_softpick"};
+
+struct OptionGrads {
+  Tensor out, lse, dq, dk, dv, dsinks;
+};
+
+OptionGrads run_options(bool reference, const Tensor& q0, const Tensor& k0, const Tensor& v0, const TilePattern& p,
+                        TileOptions o, const Tensor& go, const Tensor& gl) {
+  Tensor q = clone(q0).requires_grad_(), k = clone(k0).requires_grad_(), v = clone(v0).requires_grad_();
+  if (o.sinks.defined()) o.sinks = clone(o.sinks.detach()).requires_grad_();
+  auto r = reference ? nn::tile_attention_reference(q, k, v, p, o) : nn::tile_attention(q, k, v, p, o);
+  if (!o.need_lse) r.lse = Tensor();
+  loss_of(r, go, gl).backward();
+  return {r.out, r.lse, q.grad(), k.grad(), v.grad(), o.sinks.defined() ? o.sinks.grad() : Tensor()};
+}
+
+}  // namespace
+
+TEST_CASE("tile_attention options equal the twin: grouped kv heads, ALiBi, softcap, sinks, sigmoid, softpick") {
+  // B = 1 runs the split backward scheme, B = 4 the fused one (a task per (b, kv head)).
+  for (int64_t B : {1, 4})
+    for (const std::string& name : kOptionSets)
+      for (DType dt : {kFloat64, kFloat32})
+        for (bool need_lse : {false, true}) {
+          CAPTURE(B);
+          CAPTURE(name);
+          CAPTURE(dtype_name(dt));
+          CAPTURE(need_lse);
+          Generator g(40);
+          TileOptions o;
+          o.q_tile = 4, o.k_tile = 3;
+          const int64_t G = set_options(name, o, g, dt);
+          if (need_lse && o.score != nn::TileScore::Softmax) continue;  // sigmoid and softpick have no lse
+          o.need_lse = need_lse;
+          const int64_t N = 11, M = 9;
+          Tensor q = randn({B, 4, N, 3}, g, dt), k = randn({B, G, M, 3}, g, dt), v = randn({B, G, M, 2}, g, dt);
+          Tensor go = randn({B, 4, N, 2}, g, dt), gl = randn({B, 4, N}, g, dt);
+          TilePattern p = random_pattern(N, M, 41, true, true);
+          p.mask = random_mask({B, 1, N, M}, 42);
+          auto fast = run_options(false, q, k, v, p, o, go, gl);
+          auto slow = run_options(true, q, k, v, p, o, go, gl);
+          const double tol = dt == kFloat64 ? 1e-10 : 2e-4;
+          CHECK(fast.dk.shape() == Dims{B, G, M, 3});
+          CHECK(allclose(fast.out, slow.out, tol, tol));
+          if (need_lse) CHECK(allclose(fast.lse, slow.lse, tol, tol));
+          CHECK(allclose(fast.dq, slow.dq, tol, tol));
+          CHECK(allclose(fast.dk, slow.dk, tol, tol));
+          CHECK(allclose(fast.dv, slow.dv, tol, tol));
+          if (o.sinks.defined()) CHECK(allclose(fast.dsinks, slow.dsinks, tol, tol));
+        }
+}
+
+TEST_CASE("tile_attention options with dropout equal the twin with the same seed") {
+  for (std::string name : {"all", "all_sigmoid", "all_softpick"}) {
+    CAPTURE(name);
+    Generator g(43);
+    TileOptions o;
+    o.q_tile = 3, o.k_tile = 4, o.dropout = 0.25, o.seed = 9;
+    const int64_t G = set_options(name, o, g, kFloat64);
+    Tensor q = randn({2, 4, 8, 3}, g, kFloat64), k = randn({2, G, 8, 3}, g, kFloat64), v = randn({2, G, 8, 2}, g, kFloat64);
+    Tensor go = randn({2, 4, 8, 2}, g, kFloat64);
+    TilePattern p;
+    for (int64_t n = 0; n < 8; ++n) p.lo.push_back(0), p.hi.push_back(n + 1);  // causal
+    auto fast = run_options(false, q, k, v, p, o, go, Tensor());
+    auto slow = run_options(true, q, k, v, p, o, go, Tensor());
+    CHECK(allclose(fast.out, slow.out, 1e-10, 1e-12));
+    CHECK(allclose(fast.dq, slow.dq, 1e-10, 1e-12));
+    CHECK(allclose(fast.dk, slow.dk, 1e-10, 1e-12));
+    CHECK(allclose(fast.dv, slow.dv, 1e-10, 1e-12));
+  }
+}
+
+TEST_CASE("tile_attention options gradcheck: each option and all together, causal with a mask and an empty row") {
+  const int64_t N = 6, M = 6;
+  TilePattern p;
+  for (int64_t n = 0; n < N; ++n) p.lo.push_back(0), p.hi.push_back(n + 1);  // causal
+  p.mask = random_mask({1, 1, N, M}, 44, 0.8);
+  {
+    std::vector<bool> m = p.mask.to_vector<bool>();
+    for (int64_t j = 0; j < M; ++j) m[3 * M + j] = false;  // query row 3 allows nothing
+    p.mask = from_vector(m, {1, 1, N, M});
+  }
+  for (const std::string& name : kOptionSets) {
+    CAPTURE(name);
+    Generator g(45);
+    TileOptions o;
+    o.q_tile = 4, o.k_tile = 2;
+    const int64_t G = set_options(name, o, g, kFloat64);
+    o.need_lse = o.score == nn::TileScore::Softmax;
+    std::vector<Tensor> inputs = {leaf64({1, 4, N, 3}, 46), leaf64({1, G, M, 3}, 47), leaf64({1, G, M, 2}, 48)};
+    if (o.sinks.defined()) inputs.push_back(o.sinks.requires_grad_());
+    auto r = gradcheck(
+        [&](const std::vector<Tensor>& in) {
+          TileOptions oi = o;
+          if (oi.sinks.defined()) oi.sinks = in[3];
+          auto res = nn::tile_attention(in[0], in[1], in[2], p, oi);
+          if (!oi.need_lse) return res.out;
+          return cat({reshape(res.out, {-1}), reshape(where(ne(res.lse, -INFINITY), res.lse, 0.0), {-1})}, 0);
+        },
+        inputs);
+    CHECK_MESSAGE(r.ok, r.message);
+  }
+}
+
+TEST_CASE("tile_attention options: an empty row gives zero output with sinks, sigmoid, softpick; bad options are errors") {
+  Generator g(49);
+  TilePattern p{{0, 0, 0}, {2, 0, 3}, {}, {}, {}, {}, {}};  // row 1 allows nothing
+  for (std::string name : {"sinks", "sigmoid", "softpick", "all"}) {
+    CAPTURE(name);
+    TileOptions o;
+    const int64_t G = set_options(name, o, g, kFloat64);
+    auto r = nn::tile_attention(randn({1, 4, 3, 2}, g, kFloat64), randn({1, G, 3, 2}, g, kFloat64),
+                                randn({1, G, 3, 2}, g, kFloat64), p, o);
+    for (int64_t h = 0; h < 4; ++h)
+      for (int64_t d = 0; d < 2; ++d) CHECK(r.out.at({0, h, 1, d}) == 0.0);
+  }
+  Tensor q = randn({1, 4, 3, 2}, g, kFloat64), k = randn({1, 3, 3, 2}, g, kFloat64), k2 = randn({1, 2, 3, 2}, g, kFloat64);
+  CHECK(contains(error_of([&] { nn::tile_attention(q, k, k, p); }), "g dividing h"));
+  TileOptions o;
+  o.alibi = {0.5};
+  CHECK(contains(error_of([&] { nn::tile_attention(q, k2, k2, p, o); }), "alibi has 1 slopes, expected one per head (4)"));
+  o = TileOptions{};
+  o.softcap = -1;
+  CHECK(contains(error_of([&] { nn::tile_attention(q, k2, k2, p, o); }), "softcap must be a finite c >= 0"));
+  o = TileOptions{};
+  o.sinks = zeros({4}, kFloat64), o.score = nn::TileScore::Sigmoid;
+  CHECK(contains(error_of([&] { nn::tile_attention(q, k2, k2, p, o); }), "sinks need score softmax"));
+  o = TileOptions{};
+  o.sinks = zeros({3}, kFloat64);
+  CHECK(contains(error_of([&] { nn::tile_attention(q, k2, k2, p, o); }), "sinks must be (h) = (4)"));
+  o = TileOptions{};
+  o.score = nn::TileScore::Sigmoid, o.need_lse = true;
+  CHECK(contains(error_of([&] { nn::tile_attention(q, k2, k2, p, o); }), "sigmoid has no lse"));
+  o.score = nn::TileScore::Softpick;
+  CHECK(contains(error_of([&] { nn::tile_attention(q, k2, k2, p, o); }), "softpick has no lse"));
+}
+
+TEST_CASE("tile_attention with grouped kv heads and every option does not depend on the thread count") {
+  // One thread: the fused backward (a task per (b, kv head)); 4 threads with B g = 4: the split
+  // one (dK, dV tasks per (b, kv head, key tile) looping over the group). Bitwise equal.
+  for (std::string name : {"all", "all_sigmoid", "all_softpick"}) {
+    CAPTURE(name);
+    Generator g(53);
+    TileOptions o;
+    o.q_tile = 16, o.k_tile = 16;
+    const int64_t G = set_options(name, o, g, kFloat32);
+    Tensor q = randn({2, 4, 120, 8}, g), k = randn({2, G, 90, 8}, g), v = randn({2, G, 90, 8}, g);
+    Tensor go = randn({2, 4, 120, 8}, g);
+    TilePattern p = random_pattern(120, 90, 54, true, true);
+    const int before = num_threads();
+    set_num_threads(1);
+    auto one = run_options(false, q, k, v, p, o, go, Tensor());
+    set_num_threads(4);
+    auto many = run_options(false, q, k, v, p, o, go, Tensor());
+    set_num_threads(before);
+    CHECK(allclose(one.out, many.out, 0, 0));
+    CHECK(allclose(one.dq, many.dq, 0, 0));
+    CHECK(allclose(one.dk, many.dk, 0, 0));
+    CHECK(allclose(one.dv, many.dv, 0, 0));
+    if (o.sinks.defined()) CHECK(allclose(one.dsinks, many.dsinks, 0, 0));
+  }
 }

@@ -2,9 +2,9 @@
 // tile_attention.hpp for the algorithm; this file adds the tile plan and the loops.
 //
 // Threads (tensor/parallel.hpp): forward and dQ split (b, h, query tile); dK and dV split
-// (b, h, key tile) and visit the query tiles that touch each key tile through the transposed
-// tile list, so every task writes only its own rows and the result does not depend on the
-// thread count. BLAS runs single-threaded inside the tasks.
+// (b, kv head, key tile) and visit, for each query head of the group, the query tiles that touch
+// each key tile through the transposed tile list, so every task writes only its own rows and the
+// result does not depend on the thread count. BLAS runs single-threaded inside the tasks.
 #include "nn/attention/kernels/tile_attention.hpp"
 
 #include <cblas.h>
@@ -180,7 +180,7 @@ constexpr T kNegInf = -std::numeric_limits<T>::infinity();
 // other tasks, so one thread never runs two bodies at once and a slot is never shared.
 template <class T>
 T* thread_scratch(int slot, size_t n) {
-  thread_local std::vector<T> slots[5];
+  thread_local std::vector<T> slots[7];
   std::vector<T>& buf = slots[slot];
   if (buf.size() < n) buf.resize(n);
   return buf.data();
@@ -190,17 +190,43 @@ T* thread_scratch(int slot, size_t n) {
 template <class T>
 struct Ctx {
   const Plan* P;
-  int64_t B, H, dk, dv;
+  int64_t B, H, G, dk, dv;  // H query heads, G key/value heads (G divides H)
   T scale;
   double dropout;
   uint64_t seed;
   Rows<T> Q, K, V, O, L;  // L: lse, "rows" of one element (sr = its stride along N)
   const bool* mask = nullptr;
+  std::vector<T> slopes;  // (H) ALiBi slopes, or empty
+  T softcap = 0;          // 0 = off
+  bool sigmoid = false;   // TileScore::Sigmoid
+  T sigmoid_bias = 0;
+  bool softpick = false;  // TileScore::Softpick
+  T softpick_eps = 0;
+  Rows<T> C;              // softpick: each row's c = max(0, max over allowed S), rows of one element
+  std::vector<T> sinks;   // (H) sink logits, or empty
 
-  // S (r x c, ld c) = scale Q_t K_c^T, then -inf wherever the rule disallows (i0 + ii, j0 + j).
-  void scores(T* S, int64_t b, int64_t h, int64_t i0, int64_t r, int64_t j0, int64_t c) const {
-    gemm<T>(false, true, r, c, dk, scale, Q.row(b, h, i0), Q.sr, K.row(b, h, j0), K.sr, T(0), S, c);
+  // The key/value head that query head h reads.
+  int64_t kv(int64_t h) const { return h / (H / G); }
+
+  // S (r x c, ld c) = scale Q_t K_c^T, minus the ALiBi distances, soft-capped (F (r x c), when
+  // given, gets the cap's derivative 1 - (S / c)^2), then -inf wherever the rule disallows
+  // (i0 + ii, j0 + j).
+  void scores(T* S, T* F, int64_t b, int64_t h, int64_t i0, int64_t r, int64_t j0, int64_t c) const {
+    gemm<T>(false, true, r, c, dk, scale, Q.row(b, h, i0), Q.sr, K.row(b, kv(h), j0), K.sr, T(0), S, c);
     const Plan& p = *P;
+    if (!slopes.empty()) {
+      const T slope = slopes[h];
+      for (int64_t ii = 0; ii < r; ++ii) {
+        const int64_t n = p.qpos(i0 + ii);
+        for (int64_t j = 0; j < c; ++j) S[ii * c + j] -= slope * T(std::abs(n - p.kpos(j0 + j)));
+      }
+    }
+    if (softcap > 0)
+      for (int64_t a = 0; a < r * c; ++a) {
+        const T t = std::tanh(S[a] / softcap);
+        S[a] = softcap * t;
+        if (F) F[a] = T(1) - t * t;
+      }
     const bool* mbh = mask ? mask + b * p.ms[0] + h * p.ms[1] : nullptr;
     for (int64_t ii = 0; ii < r; ++ii) {
       const int64_t i = i0 + ii;
@@ -229,13 +255,33 @@ struct Ctx {
     }
   }
 
-  // Scores -> probabilities exp(S - lse) in place (0 for disallowed entries and empty rows).
+  // S (r x c) *= the dropout multipliers, in place.
+  void drop(T* S, int64_t b, int64_t h, int64_t i0, int64_t r, int64_t j0, int64_t c) const {
+    const T inv = T(1.0 / (1.0 - dropout));
+    for (int64_t ii = 0; ii < r; ++ii) {
+      const uint64_t key = tile_dropout_row_key(seed, b, h, P->qpos(i0 + ii));
+      for (int64_t j = 0; j < c; ++j) S[ii * c + j] *= tile_dropout_keep_key(key, P->kpos(j0 + j), dropout) ? inv : T(0);
+    }
+  }
+
+  // Scores -> probabilities in place: exp(S - lse), sigmoid(S + bias), or softpick's
+  // relu(exp(S - L) - exp(-L)) with L = c + log(sum |e| + eps) saved in the lse slot (0 for
+  // disallowed entries and empty rows).
   void probabilities(T* S, int64_t b, int64_t h, int64_t i0, int64_t r, int64_t c) const {
+    if (sigmoid) {
+      for (int64_t a = 0; a < r * c; ++a) S[a] = S[a] == kNegInf<T> ? T(0) : T(1) / (T(1) + std::exp(-(S[a] + sigmoid_bias)));
+      return;
+    }
     for (int64_t ii = 0; ii < r; ++ii) {
       T* row = S + ii * c;
       const T lse = *L.row(b, h, i0 + ii);
       if (lse == kNegInf<T>) {
         std::fill(row, row + c, T(0));
+        continue;
+      }
+      if (softpick) {
+        const T floor = std::exp(-lse);
+        for (int64_t j = 0; j < c; ++j) row[j] = row[j] == kNegInf<T> ? T(0) : std::max(std::exp(row[j] - lse) - floor, T(0));
         continue;
       }
       for (int64_t j = 0; j < c; ++j) row[j] = tk::exp_fast(row[j] - lse);
@@ -256,12 +302,40 @@ void forward_pass(const Ctx<T>& x) {
       const int64_t b = task / (x.H * per_bh), h = task / per_bh % x.H, t = task % per_bh;
       const int64_t i0 = t * P.TQ, r = std::min(P.TQ, P.N - i0);
       std::fill(acc, acc + P.TQ * dv, T(0));
-      std::fill(mrun, mrun + P.TQ, kNegInf<T>);
-      std::fill(lrun, lrun + P.TQ, T(0));
+      // A sink starts every row with its logit: m = sink, l = e^(sink - m) = 1. Softpick's
+      // running c = max(0, row max) starts at 0.
+      std::fill(mrun, mrun + P.TQ, x.softpick ? T(0) : x.sinks.empty() ? kNegInf<T> : x.sinks[h]);
+      std::fill(lrun, lrun + P.TQ, x.sinks.empty() ? T(0) : T(1));
       for (int64_t e = P.q2k_off[t]; e < P.q2k_off[t + 1]; ++e) {
         auto [j0, j1] = P.cols(t, P.q2k[e]);
         const int64_t c = j1 - j0;
-        x.scores(S, b, h, i0, r, j0, c);  // (r, c)
+        x.scores(S, nullptr, b, h, i0, r, j0, c);  // (r, c)
+        if (x.sigmoid) {  // no normaliser: P = sigmoid(S + b), acc += (P * Z) V
+          x.probabilities(S, b, h, i0, r, c);
+          if (x.dropout > 0) x.drop(S, b, h, i0, r, j0, c);
+          gemm<T>(false, false, r, dv, c, T(1), S, c, x.V.row(b, x.kv(h), j0), x.V.sr, T(1), acc, dv);
+          continue;
+        }
+        if (x.softpick) {  // e = exp(S - c) - exp(-c): l += |e|, acc += relu(e) V, rescaled when c grows
+          for (int64_t ii = 0; ii < r; ++ii) {
+            T* row = S + ii * c;
+            const T c_new = std::max(mrun[ii], tk::max_row(row, c)), floor = std::exp(-c_new);
+            const T alpha = std::exp(mrun[ii] - c_new);
+            T l = 0;
+            for (int64_t j = 0; j < c; ++j) {
+              const T e = row[j] == kNegInf<T> ? T(0) : std::exp(row[j] - c_new) - floor;
+              l += std::abs(e);
+              row[j] = std::max(e, T(0));
+            }
+            lrun[ii] = lrun[ii] * alpha + l;
+            if (alpha != T(1))
+              for (int64_t d = 0; d < dv; ++d) acc[ii * dv + d] *= alpha;
+            mrun[ii] = c_new;
+          }
+          if (x.dropout > 0) x.drop(S, b, h, i0, r, j0, c);
+          gemm<T>(false, false, r, dv, c, T(1), S, c, x.V.row(b, x.kv(h), j0), x.V.sr, T(1), acc, dv);
+          continue;
+        }
         for (int64_t ii = 0; ii < r; ++ii) {
           T* row = S + ii * c;
           const T m_new = std::max(mrun[ii], tk::max_row(row, c));
@@ -275,18 +349,27 @@ void forward_pass(const Ctx<T>& x) {
           if (alpha != T(1))
             for (int64_t d = 0; d < dv; ++d) acc[ii * dv + d] *= alpha;
           mrun[ii] = m_new;
-          if (x.dropout > 0) {  // the normaliser l uses the undropped probabilities
-            const uint64_t key = tile_dropout_row_key(x.seed, b, h, P.qpos(i0 + ii));
-            const T inv = T(1.0 / (1.0 - x.dropout));
-            for (int64_t j = 0; j < c; ++j) row[j] *= tile_dropout_keep_key(key, P.kpos(j0 + j), x.dropout) ? inv : T(0);
-          }
         }
-        gemm<T>(false, false, r, dv, c, T(1), S, c, x.V.row(b, h, j0), x.V.sr, T(1), acc, dv);
+        if (x.dropout > 0) x.drop(S, b, h, i0, r, j0, c);  // the normaliser l uses the undropped probabilities
+        gemm<T>(false, false, r, dv, c, T(1), S, c, x.V.row(b, x.kv(h), j0), x.V.sr, T(1), acc, dv);
       }
       for (int64_t ii = 0; ii < r; ++ii) {
         T* out = x.O.row(b, h, i0 + ii);
         T* lse = x.L.row(b, h, i0 + ii);
-        if (lrun[ii] > T(0)) {
+        if (x.sigmoid) {  // no lse: the saved slot is unused
+          std::copy(acc + ii * dv, acc + (ii + 1) * dv, out);
+          *lse = T(0);
+        } else if (x.softpick) {  // O = acc / (l + eps); the lse slot keeps L = c + log(l + eps)
+          const T z = lrun[ii] + x.softpick_eps;
+          *x.C.row(b, h, i0 + ii) = mrun[ii];
+          if (z > T(0)) {
+            for (int64_t d = 0; d < dv; ++d) out[d] = acc[ii * dv + d] / z;
+            *lse = mrun[ii] + std::log(z);
+          } else {
+            std::fill(out, out + dv, T(0));
+            *lse = kNegInf<T>;
+          }
+        } else if (lrun[ii] > T(0)) {
           const T inv = T(1) / lrun[ii];
           for (int64_t d = 0; d < dv; ++d) out[d] = acc[ii * dv + d] * inv;
           *lse = mrun[ii] + std::log(lrun[ii]);
@@ -299,37 +382,56 @@ void forward_pass(const Ctx<T>& x) {
   });
 }
 
-// dQ, dK, dV from dO (and dlse). D (B*h*N) holds rowsum(dO * O) - dlse. dQ, dK, dV are
-// contiguous and zero on entry.
+// Softpick's dL/dS for one entry with score s (-inf: disallowed), dL/dP = dp, D = rowsum(dO * O),
+// and the row's L = c + log Z (Z = sum |e| + eps) and c. With e = exp(s - c) - exp(-c) and
+// P = relu(e) / Z:  dL/de = (dp [e > 0] - D sign(e)) / Z,  de/ds = exp(s - c), so
+// dL/ds = exp(s - L) (dp [s > 0] - D sign(s)); and through c (de/dc = -e, summed over the row):
+// dL/dc = -D eps / Z, which reaches the entry that is the row max when c > 0.
+template <class T>
+T softpick_grad(T s, T dp, T D, T lse, T cmax, T eps) {
+  if (s == kNegInf<T> || lse == kNegInf<T>) return T(0);
+  T g = std::exp(s - lse) * ((s > T(0) ? dp : T(0)) - D * T((s > T(0)) - (s < T(0))));
+  if (cmax > T(0) && s == cmax) g -= D * eps * std::exp(cmax - lse);
+  return g;
+}
+
+// dQ, dK, dV from dO (and dlse). D (B*h*N) holds rowsum(dO * O) - dlse. dQ (B, h, N, dk) and
+// dK, dV (B, g, M, dk|dv) are contiguous and zero on entry.
 //
 // Two schemes, chosen by the amount of parallel work, with the same arithmetic in the same
 // order (so the result does not depend on the choice):
-//  - fused, when there are at least two (b, h) pairs per thread: one task per (b, h) walks its
-//    query tiles in order and adds every pair's dQ, dK, dV terms (5 products per pair);
-//  - split, otherwise: dQ over (b, h, query tile), then dK and dV over (b, h, key tile) with
-//    the transposed tile list (7 products per pair, but every tile is its own task).
+//  - fused, when there are at least two (b, kv head) pairs per thread: one task per (b, kv head)
+//    walks the group's query heads and their query tiles in order and adds every pair's dQ, dK,
+//    dV terms (5 products per pair);
+//  - split, otherwise: dQ over (b, h, query tile), then dK and dV over (b, kv head, key tile),
+//    each task looping over the group's query heads and the transposed tile list (7 products
+//    per pair, but every tile is its own task).
 template <class T>
 void backward_pass(const Ctx<T>& x, const Rows<T>& dO, const T* D, const Rows<T>& dQ, const Rows<T>& dK,
                    const Rows<T>& dV, bool want_q, bool want_kv) {
   const Plan& P = *x.P;
-  const int64_t dk = x.dk, dv = x.dv, N = P.N;
-  const bool drop = x.dropout > 0;
+  const int64_t dk = x.dk, dv = x.dv, N = P.N, group = x.H / x.G;
+  const bool drop = x.dropout > 0, cap = x.softcap > 0;
   struct Scratch {
-    T *S, *dP, *Z;  // (TQ, TK) each: P then dS, dP, the dropout multipliers
+    T *S, *dP, *Z, *F, *G;  // (TQ, TK) each: P then dS, dP, the dropout multipliers, the softcap
+                            // derivative, softpick's scores
   };
   auto scratch = [&] {
     const size_t tile = P.TQ * P.TK;
-    return Scratch{thread_scratch<T>(0, tile), thread_scratch<T>(1, tile), thread_scratch<T>(4, drop ? tile : 0)};
+    return Scratch{thread_scratch<T>(0, tile), thread_scratch<T>(1, tile), thread_scratch<T>(4, drop ? tile : 0),
+                   thread_scratch<T>(5, cap ? tile : 0), thread_scratch<T>(6, x.softpick ? tile : 0)};
   };
-  // One tile pair (query tile t, key tile kt): recompute P, then
-  //   gv (c, dv) += (P * Z)^T dO_t;  dS = P * (dP * Z - D);  gq (r, dk) += dS K_c;  gk (c, dk) += dS^T Q_t
+  // One tile pair (query tile t, key tile kt) of query head h: recompute P, then
+  //   gv (c, dv) += (P * Z)^T dO_t;  dS = P * (dP * Z - D)  (sigmoid: dP * Z * P (1 - P);
+  //   softpick: see softpick_grad), times F with softcap;  gq (r, dk) += dS K_c;  gk (c, dk) += dS^T Q_t
   // for whichever of gq, gk, gv is given (rows of width dk, dv, dk; unscaled).
   auto pair = [&](Scratch& s, int64_t b, int64_t h, int64_t t, int64_t kt, T* gq, T* gk, T* gv) {
-    const int64_t i0 = t * P.TQ, r = std::min(P.TQ, N - i0);
+    const int64_t i0 = t * P.TQ, r = std::min(P.TQ, N - i0), hk = x.kv(h);
     auto [j0, j1] = P.cols(t, kt);
     const int64_t c = j1 - j0;
-    T *S = s.S, *dP = s.dP, *Z = drop ? s.Z : nullptr;
-    x.scores(S, b, h, i0, r, j0, c);
+    T *S = s.S, *dP = s.dP, *Z = drop ? s.Z : nullptr, *F = cap ? s.F : nullptr;
+    x.scores(S, F, b, h, i0, r, j0, c);
+    if (x.softpick) std::copy(S, S + r * c, s.G);
     x.probabilities(S, b, h, i0, r, c);  // P (r, c)
     if (drop) x.dropout_block(Z, b, h, i0, r, j0, c);
     if (gv) {
@@ -340,14 +442,23 @@ void backward_pass(const Ctx<T>& x, const Rows<T>& dO, const T* D, const Rows<T>
       }
       gemm<T>(true, false, c, dv, r, T(1), PZ, c, dO.row(b, h, i0), dO.sr, T(1), gv, dv);
     }
-    gemm<T>(false, true, r, c, dv, T(1), dO.row(b, h, i0), dO.sr, x.V.row(b, h, j0), x.V.sr, T(0), dP, c);
+    gemm<T>(false, true, r, c, dv, T(1), dO.row(b, h, i0), dO.sr, x.V.row(b, hk, j0), x.V.sr, T(0), dP, c);
     const T* Db = D + (b * x.H + h) * N + i0;
-    for (int64_t ii = 0; ii < r; ++ii)
+    for (int64_t ii = 0; ii < r; ++ii) {
+      const T lse = *x.L.row(b, h, i0 + ii), cmax = x.softpick ? *x.C.row(b, h, i0 + ii) : T(0);
       for (int64_t j = 0; j < c; ++j) {
         const int64_t at = ii * c + j;
-        S[at] *= (drop ? dP[at] * Z[at] : dP[at]) - Db[ii];  // dS (r, c)
+        const T dp = drop ? dP[at] * Z[at] : dP[at];
+        if (x.sigmoid)
+          S[at] = dp * S[at] * (T(1) - S[at]);  // dS (r, c)
+        else if (x.softpick)
+          S[at] = softpick_grad(s.G[at], dp, Db[ii], lse, cmax, x.softpick_eps);
+        else
+          S[at] *= dp - Db[ii];
+        if (cap) S[at] *= F[at];
       }
-    if (gq) gemm<T>(false, false, r, dk, c, T(1), S, c, x.K.row(b, h, j0), x.K.sr, T(1), gq, dk);
+    }
+    if (gq) gemm<T>(false, false, r, dk, c, T(1), S, c, x.K.row(b, hk, j0), x.K.sr, T(1), gq, dk);
     if (gk) gemm<T>(true, false, c, dk, r, T(1), S, c, x.Q.row(b, h, i0), x.Q.sr, T(1), gk, dk);
   };
   auto scale_rows = [&](const Rows<T>& g, int64_t b, int64_t h, int64_t i0, int64_t rows, int64_t d) {
@@ -357,19 +468,21 @@ void backward_pass(const Ctx<T>& x, const Rows<T>& dO, const T* D, const Rows<T>
     }
   };
 
-  if (x.B * x.H >= 2 * int64_t(num_threads())) {
-    parallel_for(x.B * x.H, 1, [&](int64_t t0, int64_t t1) {
+  if (x.B * x.G >= 2 * int64_t(num_threads())) {
+    parallel_for(x.B * x.G, 1, [&](int64_t t0, int64_t t1) {
       Scratch s = scratch();
       for (int64_t task = t0; task < t1; ++task) {
-        const int64_t b = task / x.H, h = task % x.H;
-        for (int64_t t = 0; t < P.nq; ++t)
-          for (int64_t e = P.q2k_off[t]; e < P.q2k_off[t + 1]; ++e) {
-            const int64_t kt = P.q2k[e], j0 = P.cols(t, kt).first;
-            pair(s, b, h, t, kt, want_q ? dQ.row(b, h, t * P.TQ) : nullptr, want_kv ? dK.row(b, h, j0) : nullptr,
-                 want_kv ? dV.row(b, h, j0) : nullptr);
-          }
-        if (want_q) scale_rows(dQ, b, h, 0, N, dk);
-        if (want_kv) scale_rows(dK, b, h, 0, P.M, dk);
+        const int64_t b = task / x.G, hk = task % x.G;
+        for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
+          for (int64_t t = 0; t < P.nq; ++t)
+            for (int64_t e = P.q2k_off[t]; e < P.q2k_off[t + 1]; ++e) {
+              const int64_t kt = P.q2k[e], j0 = P.cols(t, kt).first;
+              pair(s, b, h, t, kt, want_q ? dQ.row(b, h, t * P.TQ) : nullptr, want_kv ? dK.row(b, hk, j0) : nullptr,
+                   want_kv ? dV.row(b, hk, j0) : nullptr);
+            }
+          if (want_q) scale_rows(dQ, b, h, 0, N, dk);
+        }
+        if (want_kv) scale_rows(dK, b, hk, 0, P.M, dk);
       }
     });
     return;
@@ -386,15 +499,16 @@ void backward_pass(const Ctx<T>& x, const Rows<T>& dO, const T* D, const Rows<T>
     });
   }
   if (want_kv) {
-    parallel_for(x.B * x.H * P.nk, 1, [&](int64_t t0, int64_t t1) {
+    parallel_for(x.B * x.G * P.nk, 1, [&](int64_t t0, int64_t t1) {
       Scratch s = scratch();
       for (int64_t task = t0; task < t1; ++task) {
-        const int64_t b = task / (x.H * P.nk), h = task / P.nk % x.H, kt = task % P.nk;
-        for (int64_t e = P.k2q_off[kt]; e < P.k2q_off[kt + 1]; ++e) {
-          const int64_t t = P.k2q[e], j0 = P.cols(t, kt).first;
-          pair(s, b, h, t, kt, nullptr, dK.row(b, h, j0), dV.row(b, h, j0));
-        }
-        scale_rows(dK, b, h, kt * P.TK, std::min(P.TK, P.M - kt * P.TK), dk);
+        const int64_t b = task / (x.G * P.nk), hk = task / P.nk % x.G, kt = task % P.nk;
+        for (int64_t h = hk * group; h < (hk + 1) * group; ++h)
+          for (int64_t e = P.k2q_off[kt]; e < P.k2q_off[kt + 1]; ++e) {
+            const int64_t t = P.k2q[e], j0 = P.cols(t, kt).first;
+            pair(s, b, h, t, kt, nullptr, dK.row(b, hk, j0), dV.row(b, hk, j0));
+          }
+        scale_rows(dK, b, hk, kt * P.TK, std::min(P.TK, P.M - kt * P.TK), dk);
       }
     });
   }
@@ -405,10 +519,10 @@ void check_qkv(const Tensor& q, const Tensor& k, const Tensor& v, const char* op
     fail<ShapeError>("{}: q, k, v must be 4-d (B, h, N, d), got {}, {}, {}", op,
                      q.defined() ? to_string(q.shape()) : "undefined", k.defined() ? to_string(k.shape()) : "undefined",
                      v.defined() ? to_string(v.shape()) : "undefined");
-  if (k.size(0) != q.size(0) || v.size(0) != q.size(0) || k.size(1) != q.size(1) || v.size(1) != q.size(1) ||
-      k.size(3) != q.size(3) || v.size(2) != k.size(2))
-    fail<ShapeError>("{}: expected q (B, h, N, dk), k (B, h, M, dk), v (B, h, M, dv); got {}, {}, {}", op,
-                     to_string(q.shape()), to_string(k.shape()), to_string(v.shape()));
+  if (k.size(0) != q.size(0) || v.size(0) != q.size(0) || k.size(1) != v.size(1) || k.size(1) == 0 ||
+      q.size(1) % k.size(1) != 0 || k.size(3) != q.size(3) || v.size(2) != k.size(2))
+    fail<ShapeError>("{}: expected q (B, h, N, dk), k (B, g, M, dk), v (B, g, M, dv) with g dividing h; got {}, {}, {}",
+                     op, to_string(q.shape()), to_string(k.shape()), to_string(v.shape()));
   if (k.dtype() != q.dtype() || v.dtype() != q.dtype())
     fail<DTypeError>("{}: q, k, v must share a dtype, got {}, {}, {}", op, dtype_name(q.dtype()),
                      dtype_name(k.dtype()), dtype_name(v.dtype()));
@@ -417,8 +531,24 @@ void check_qkv(const Tensor& q, const Tensor& k, const Tensor& v, const char* op
 
 double scale_of(const TileOptions& o, int64_t dk) { return o.scale != 0 ? o.scale : 1.0 / std::sqrt(double(dk)); }
 
-void check_dropout(const TileOptions& o, const char* op) {
+// The options against each other and against h query heads.
+void check_options(const TileOptions& o, int64_t heads, DType dtype, const char* op) {
   if (!(o.dropout >= 0 && o.dropout < 1)) fail<ValueError>("{}: dropout must be in [0, 1), got {}", op, o.dropout);
+  if (!o.alibi.empty() && int64_t(o.alibi.size()) != heads)
+    fail<ValueError>("{}: alibi has {} slopes, expected one per head ({})", op, o.alibi.size(), heads);
+  if (!(o.softcap >= 0) || std::isinf(o.softcap))
+    fail<ValueError>("{}: softcap must be a finite c >= 0 (0 = off), got {}", op, o.softcap);
+  if (o.sinks.defined()) {
+    if (o.score != TileScore::Softmax) fail<ValueError>("{}: sinks need score softmax, got {}", op,
+                                                        o.score == TileScore::Sigmoid ? "sigmoid" : "softpick");
+    if (o.sinks.dim() != 1 || o.sinks.size(0) != heads)
+      fail<ShapeError>("{}: sinks must be (h) = ({}), got {}", op, heads, to_string(o.sinks.shape()));
+    if (o.sinks.dtype() != dtype)
+      fail<DTypeError>("{}: sinks must have the dtype of q, {}, got {}", op, dtype_name(dtype), dtype_name(o.sinks.dtype()));
+  }
+  if (o.score != TileScore::Softmax && o.need_lse)
+    fail<ValueError>("{}: score {} has no lse (need_lse)", op, o.score == TileScore::Sigmoid ? "sigmoid" : "softpick");
+  if (!(o.softpick_eps >= 0)) fail<ValueError>("{}: softpick_eps must be >= 0, got {}", op, o.softpick_eps);
 }
 
 }  // namespace
@@ -442,8 +572,9 @@ int64_t pattern_flops(const TilePattern& p, int64_t batch_heads, int64_t n, int6
 TileAttentionResult tile_attention(const Tensor& q0, const Tensor& k0, const Tensor& v0, const TilePattern& pattern,
                                    const TileOptions& opt) {
   check_qkv(q0, k0, v0, "tile_attention");
-  check_dropout(opt, "tile_attention");
-  const int64_t B = q0.size(0), H = q0.size(1), N = q0.size(2), dk = q0.size(3), M = k0.size(2), dv = v0.size(3);
+  check_options(opt, q0.size(1), q0.dtype(), "tile_attention");
+  const int64_t B = q0.size(0), H = q0.size(1), G = k0.size(1), N = q0.size(2), dk = q0.size(3), M = k0.size(2),
+                dv = v0.size(3);
   auto plan = make_plan(pattern, B, H, N, M, opt);
   const double scale = scale_of(opt, dk);
   Tensor q = blas_ready(q0.detach()), k = blas_ready(k0.detach()), v = blas_ready(v0.detach());
@@ -452,10 +583,20 @@ TileAttentionResult tile_attention(const Tensor& q0, const Tensor& k0, const Ten
   const int64_t width = opt.need_lse ? dv + 1 : dv;
   Tensor result = Tensor::empty({B, H, N, width}, dt);               // (B, h, N, dv [+ 1])
   Tensor lse_store = opt.need_lse ? Tensor() : Tensor::empty({B, H, N}, dt);  // (B, h, N)
+  const Tensor sinks = opt.sinks.defined() ? tk::contiguous(opt.sinks.detach()) : Tensor();  // (h)
+  const Tensor cmax = opt.score == TileScore::Softpick ? Tensor::empty({B, H, N}, dt) : Tensor();  // (B, h, N) softpick's c
   auto make_ctx = [=](auto tag, const Tensor& res, const Tensor& lse) {
     using T = decltype(tag);
-    Ctx<T> x{plan.get(), B, H, dk, dv, T(scale), opt.dropout, opt.seed,
-             rows_of<T>(q), rows_of<T>(k), rows_of<T>(v), rows_of<T>(res), {}, nullptr};
+    Ctx<T> x{plan.get(), B, H, G, dk, dv, T(scale), opt.dropout, opt.seed,
+             rows_of<T>(q), rows_of<T>(k), rows_of<T>(v), rows_of<T>(res), {}, nullptr, {}, T(0), false, T(0), false, T(0), {}, {}};
+    x.slopes.assign(opt.alibi.begin(), opt.alibi.end());
+    x.softcap = T(opt.softcap);
+    x.sigmoid = opt.score == TileScore::Sigmoid;
+    x.sigmoid_bias = T(opt.sigmoid_bias);
+    x.softpick = opt.score == TileScore::Softpick;
+    x.softpick_eps = T(opt.softpick_eps);
+    if (cmax.defined()) x.C = {static_cast<T*>(cmax.raw_data()), cmax.stride(0), cmax.stride(1), cmax.stride(2)};
+    if (sinks.defined()) x.sinks.assign(sinks.data<T>(), sinks.data<T>() + H);
     if (lse.defined())
       x.L = {static_cast<T*>(lse.raw_data()), lse.stride(0), lse.stride(1), lse.stride(2)};
     else
@@ -467,14 +608,17 @@ TileAttentionResult tile_attention(const Tensor& q0, const Tensor& k0, const Ten
 
   const bool need_lse = opt.need_lse;
   Tensor saved = result.detach();
-  auto backward = [q, k, v, saved, lse_store, plan, make_ctx, need_lse, B, H, N, dk, dv, M](
+  const bool has_sinks = sinks.defined();
+  auto backward = [q, k, v, saved, lse_store, plan, make_ctx, need_lse, has_sinks, B, H, G, N, dk, dv, M](
                       const Tensor& g0, const Tensor&, const Node& node) {
     const bool want_q = node.needs_grad(0), want_kv = node.needs_grad(1) || node.needs_grad(2);
+    const bool want_sinks = has_sinks && node.needs_grad(3);
     const DType dt = q.dtype();
     Tensor g = tk::contiguous(g0);  // (B, h, N, dv [+ 1])
     Tensor dq = want_q ? zeros({B, H, N, dk}, dt) : Tensor();
-    Tensor dkt = want_kv ? zeros({B, H, M, dk}, dt) : Tensor();
-    Tensor dvt = want_kv ? zeros({B, H, M, dv}, dt) : Tensor();
+    Tensor dkt = want_kv ? zeros({B, G, M, dk}, dt) : Tensor();
+    Tensor dvt = want_kv ? zeros({B, G, M, dv}, dt) : Tensor();
+    Tensor dsinks = want_sinks ? zeros({H}, dt) : Tensor();
     dispatch_floating(dt, "tile_attention_backward", [&](auto tag) {
       using T = decltype(tag);
       Ctx<T> x = make_ctx(tag, saved, lse_store);
@@ -495,10 +639,20 @@ TileAttentionResult tile_attention(const Tensor& q0, const Tensor& k0, const Ten
       Rows<T> none;
       backward_pass(x, dO, D.data(), want_q ? rows_of<T>(dq) : none, want_kv ? rows_of<T>(dkt) : none,
                     want_kv ? rows_of<T>(dvt) : none, want_q, want_kv);
+      if (want_sinks) {  // d sink_h = -sum_{b, i} e^(sink_h - lse_i) D_i (the sink's probability times D)
+        T* ds = dsinks.data<T>();
+        for (int64_t b = 0; b < B; ++b)
+          for (int64_t h = 0; h < H; ++h)
+            for (int64_t i = 0; i < N; ++i) ds[h] -= std::exp(x.sinks[h] - *x.L.row(b, h, i)) * D[(b * H + h) * N + i];
+      }
     });
-    return Grads{dq, node.needs_grad(1) ? dkt : Tensor(), node.needs_grad(2) ? dvt : Tensor()};
+    Grads grads{dq, node.needs_grad(1) ? dkt : Tensor(), node.needs_grad(2) ? dvt : Tensor()};
+    if (has_sinks) grads.push_back(dsinks);
+    return grads;
   };
-  result = record("tile_attention", result, {q0, k0, v0}, std::move(backward));
+  std::vector<Tensor> inputs = {q0, k0, v0};
+  if (has_sinks) inputs.push_back(opt.sinks);
+  result = record("tile_attention", result, std::span<const Tensor>(inputs), std::move(backward));
   if (OpTrace* trace = active_op_trace()) trace->annotate_flops(pattern_flops(pattern, B * H, N, M, dk, dv));
 
   TileAttentionResult out;
@@ -539,30 +693,31 @@ Tensor tile_pattern_dense(const TilePattern& p, int64_t n, int64_t m, int64_t ba
   return out;
 }
 
-TileAttentionResult tile_attention_reference(const Tensor& q, const Tensor& k, const Tensor& v,
+TileAttentionResult tile_attention_reference(const Tensor& q, const Tensor& k0, const Tensor& v0,
                                              const TilePattern& pattern, const TileOptions& opt) {
-  check_qkv(q, k, v, "tile_attention_reference");
-  check_dropout(opt, "tile_attention_reference");
-  const int64_t B = q.size(0), H = q.size(1), N = q.size(2), M = k.size(2);
+  check_qkv(q, k0, v0, "tile_attention_reference");
+  check_options(opt, q.size(1), q.dtype(), "tile_attention_reference");
+  const int64_t B = q.size(0), H = q.size(1), G = k0.size(1), N = q.size(2), M = k0.size(2);
   const double scale = scale_of(opt, q.size(3));
+  auto qpos = [&](int64_t i) { return pattern.q_pos.empty() ? i : pattern.q_pos[i]; };
+  auto kpos = [&](int64_t j) { return pattern.k_pos.empty() ? j : pattern.k_pos[j]; };
+  Tensor k = k0, v = v0;
+  if (G != H) {  // query head i reads key/value head i / (h/g): copies, the twin may
+    std::vector<int64_t> kv(H);
+    for (int64_t i = 0; i < H; ++i) kv[i] = i / (H / G);
+    k = index_select(k0, 1, from_vector(kv));  // (B, h, M, dk)
+    v = index_select(v0, 1, from_vector(kv));  // (B, h, M, dv)
+  }
   Tensor allowed = tile_pattern_dense(pattern, N, M, B, H);           // (B|1, h|1, N, M)
   Tensor s = matmul(q, transpose(k, -2, -1)) * scale;                 // (B, h, N, M)
-  Tensor p = softmax(s, -1, allowed);                                 // (B, h, N, M)
-  if (opt.dropout > 0) {
-    std::vector<double> z(B * H * N * M);
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t h = 0; h < H; ++h)
-        for (int64_t i = 0; i < N; ++i)
-          for (int64_t j = 0; j < M; ++j) {
-            const int64_t n = pattern.q_pos.empty() ? i : pattern.q_pos[i];
-            const int64_t mm = pattern.k_pos.empty() ? j : pattern.k_pos[j];
-            z[((b * H + h) * N + i) * M + j] =
-                tile_dropout_keep(opt.seed, b, h, n, mm, opt.dropout) ? 1.0 / (1.0 - opt.dropout) : 0.0;
-          }
-    p = p * to(from_vector(z, {B, H, N, M}), q.dtype());
+  if (!opt.alibi.empty()) {
+    std::vector<double> bias(H * N * M);
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < N; ++i)
+        for (int64_t j = 0; j < M; ++j) bias[(h * N + i) * M + j] = -opt.alibi[h] * std::abs(double(qpos(i) - kpos(j)));
+    s = s + to(from_vector(bias, {1, H, N, M}), q.dtype());          // (B, h, N, M)
   }
-  TileAttentionResult r;
-  r.out = matmul(p, v);  // (B, h, N, dv)
+  if (opt.softcap > 0) s = tanh(s / opt.softcap) * opt.softcap;
   // lse over the allowed entries; a row with none is -inf, with zero gradient (no NaN).
   Tensor row_any = zeros({allowed.size(0), allowed.size(1), N, 1}, kBool);  // (B|1, h|1, N, 1)
   {
@@ -570,8 +725,40 @@ TileAttentionResult tile_attention_reference(const Tensor& q, const Tensor& k, c
     bool* pr = row_any.data<bool>();
     for (int64_t row = 0; row < row_any.numel(); ++row) pr[row] = std::any_of(pa + row * M, pa + (row + 1) * M, [](bool a) { return a; });
   }
-  Tensor safe = where(row_any, where(allowed, s, -INFINITY), 0.0);    // (B, h, N, M)
-  r.lse = where(squeeze(row_any, -1), logsumexp(safe, {-1}), -INFINITY);  // (B, h, N)
+  Tensor masked = where(allowed, s, -INFINITY);                       // (B, h, N, M)
+  TileAttentionResult r;
+  Tensor p;
+  if (opt.score == TileScore::Sigmoid) {
+    p = where(allowed, sigmoid(s + opt.sigmoid_bias), 0.0);           // (B, h, N, M)
+  } else if (opt.score == TileScore::Softpick) {
+    // e = exp(s - c) - exp(-c), c = max(0, row max over allowed); P = relu(e) / (sum |e| + eps)
+    Tensor c = clamp_min(amax(masked, {-1}, true), 0.0);                   // (B, h, N, 1)
+    Tensor e = where(allowed, exp(masked - c) - exp(-c), 0.0);              // (B, h, N, M)
+    p = relu(e) / (sum(abs(e), {-1}, true) + opt.softpick_eps);             // (B, h, N, M)
+  } else if (opt.sinks.defined()) {
+    // P = e^s / (e^sink + sum over allowed e^s), shifted by the detached max of both
+    Tensor sink = reshape(opt.sinks, {1, H, 1, 1});                           // (1, h, 1, 1)
+    Tensor shift = maximum(amax(masked, {-1}, true), sink).detach();         // (B, h, N, 1)
+    Tensor e = where(allowed, exp(s - shift), 0.0);                          // (B, h, N, M)
+    Tensor z = exp(sink - shift) + sum(e, {-1}, true);                       // (B, h, N, 1)
+    p = e / z;
+    r.lse = squeeze(shift + log(z), -1);                                     // (B, h, N)
+  } else {
+    p = softmax(s, -1, allowed);                                             // (B, h, N, M)
+    Tensor safe = where(row_any, masked, 0.0);                               // (B, h, N, M)
+    r.lse = where(squeeze(row_any, -1), logsumexp(safe, {-1}), -INFINITY);   // (B, h, N)
+  }
+  if (opt.dropout > 0) {
+    std::vector<double> z(B * H * N * M);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t i = 0; i < N; ++i)
+          for (int64_t j = 0; j < M; ++j)
+            z[((b * H + h) * N + i) * M + j] =
+                tile_dropout_keep(opt.seed, b, h, qpos(i), kpos(j), opt.dropout) ? 1.0 / (1.0 - opt.dropout) : 0.0;
+    p = p * to(from_vector(z, {B, H, N, M}), q.dtype());
+  }
+  r.out = matmul(p, v);  // (B, h, N, dv)
   return r;
 }
 

@@ -1,19 +1,31 @@
-// Tiled ("flash") attention over a sparse pattern: the kernel behind the positional patterns
-// (local, sparse_strided, sparse_fixed, dilated; docs/attention.md, "local" to "dilated") and the
-// seed of a general flash attention. One differentiable op with a hand-written backward, after Dao
-// et al. 2022 (FlashAttention) and Dao 2023 (FlashAttention-2):
+// Tiled ("flash") attention over a sparse pattern: the kernel behind mha's fused path, the
+// positional patterns (local, sparse_strided, sparse_fixed, dilated; docs/attention.md, "local" to
+// "dilated") and the options of current models ("Options of current models"). One
+// differentiable op with a hand-written backward, after Dao et al. 2022 (FlashAttention) and
+// Dao 2023 (FlashAttention-2):
 //
 //   forward, per (batch b, head h, query tile):    for each key tile the pattern can touch
-//     S = scale * Q_t K_c^T                   (BLAS)        // (TQ, TK)
+//     S = scale * Q_t K_c^T                   (BLAS; head h reads kv head h / (h/g))  // (TQ, TK)
+//     S -= slope_h |q_pos - k_pos|            (alibi)
+//     S = c tanh(S / c)                       (softcap)
 //     S[i, j] = -inf where the rule disallows (i, j)
-//     online softmax: m_i <- max(m_i, max_j S), l_i <- l_i e^(m_old - m_new) + sum_j e^(S - m_new),
-//                     acc_i <- acc_i e^(m_old - m_new) + (e^(S - m_new) * Z) V_c    (BLAS)
-//     O_i = acc_i / l_i,  lse_i = m_i + log l_i            (a row with no allowed key: O_i = 0, lse_i = -inf)
+//     softmax, online: m_i <- max(m_i, max_j S), l_i <- l_i e^(m_old - m_new) + sum_j e^(S - m_new),
+//                      acc_i <- acc_i e^(m_old - m_new) + (e^(S - m_new) * Z) V_c    (BLAS)
+//              starting from m_i = -inf, l_i = 0, or with a sink from m_i = sink_h, l_i = 1;
+//       O_i = acc_i / l_i,  lse_i = m_i + log l_i  (a row with no allowed key and no sink: O_i = 0, lse_i = -inf)
+//     sigmoid: P = sigmoid(S + bias) on allowed entries, acc_i += (P * Z) V_c, O_i = acc_i (no normaliser)
+//     softpick: running c_i = max(0, row max) from 0; e = e^(S - c_i) - e^(-c_i) on allowed entries,
+//              l_i += |e|, acc_i += (relu(e) * Z) V_c, both rescaled by e^(c_old - c_new) as c_i grows;
+//              O_i = acc_i / (l_i + eps), saved L_i = c_i + log(l_i + eps) and c_i
 //   backward, from the saved lse (no probabilities kept), D_i = rowsum(dO_i * O_i) - dlse_i:
-//     P = e^(S - lse);  dP = (dO V^T) * Z;  dS = P * (dP - D)
+//     P = e^(S - lse);  dP = (dO V^T) * Z;  dS = P * (dP - D)    (sigmoid: dS = dP * P (1 - P);
+//       softpick: dS = e^(S - L) (dP [S > 0] - D sign(S)), and -D eps e^(c - L) at the row max when c > 0)
+//     dS *= 1 - (S / c)^2                                         (softcap)
 //     dQ += scale dS K  (pass 1: parallel over (b, h, query tile))
-//     dV += (P * Z)^T dO,  dK += scale dS^T Q  (pass 2: parallel over (b, h, key tile), using the
-//                                              transposed tile list, so no two tasks write one row)
+//     dV += (P * Z)^T dO,  dK += scale dS^T Q  (pass 2: parallel over (b, kv head, key tile), looping
+//                                              over the group's query heads and the transposed tile
+//                                              list inside the task, so no two tasks write one row)
+//     d sink_h = -sum_{b, i} e^(sink_h - lse_i) D_i
 // Z is the attention-dropout multiplier (keep / (1 - rate), or 1). Nothing of size N x M is
 // ever allocated: scratch is a few tiles per task; saved for backward are q, k, v, O, lse.
 //
@@ -47,6 +59,8 @@ struct TilePattern {
 // plain softmax attention (the fused paths of mha and mla).
 TilePattern dense_tile_pattern(int64_t n, int64_t m, bool causal, const Tensor& mask);
 
+enum class TileScore { Softmax, Sigmoid, Softpick };
+
 struct TileOptions {
   double scale = 0;       // scores are scale * q . k; 0 means 1/sqrt(dk)
   double dropout = 0;     // attention dropout rate on the probabilities, in [0, 1)
@@ -56,15 +70,23 @@ struct TileOptions {
   // and 10% (forward + backward) than on 64 x 64 (CPU time, one thread, N = 2048; bench/bench_attention).
   int64_t q_tile = 128;   // rows per query tile
   int64_t k_tile = 256;   // rows per key tile
+  // The options of current models (docs/attention.md, "Options of current models").
+  std::vector<double> alibi;  // (h) ALiBi slopes: score -= slope_h |q_pos - k_pos|; empty = off
+  double softcap = 0;         // c > 0: score = c tanh(score / c) after ALiBi; 0 = off
+  TileScore score = TileScore::Softmax;
+  double sigmoid_bias = 0;    // b of TileScore::Sigmoid: P = sigmoid(score + b)
+  double softpick_eps = 1e-6; // eps of TileScore::Softpick
+  Tensor sinks;               // (h) sink logits in each softmax row's denominator, differentiable; undefined = none
 };
 
 struct TileAttentionResult {
   Tensor out;  // (B, h, N, dv)
-  Tensor lse;  // (B, h, N) log sum_j exp(score) over the allowed keys, -inf for an empty row; need_lse only
+  Tensor lse;  // (B, h, N) log sum_j exp(score) over the allowed keys (and the sink), -inf for an empty row; need_lse only
 };
 
-// q (B, h, N, dk), k (B, h, M, dk), v (B, h, M, dv), float32 or float64, any strides.
-// Differentiable in q, k, v (and through lse when need_lse).
+// q (B, h, N, dk), k (B, g, M, dk), v (B, g, M, dv) with g dividing h (query head i reads key/value
+// head i / (h/g)), float32 or float64, any strides. Differentiable in q, k, v, options.sinks (and
+// through lse when need_lse; with sinks lse includes the sink; sigmoid and softpick have no lse).
 TileAttentionResult tile_attention(const Tensor& q, const Tensor& k, const Tensor& v, const TilePattern& pattern,
                                    const TileOptions& options = {});
 
