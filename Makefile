@@ -6,11 +6,13 @@
 #   make bench           attnlab against PyTorch/OpenBLAS on this machine (needs python3-torch)
 #   make bench-lra       every attention variant, N = 1K ... 16K: time and memory against mha
 #   make bench-attention the fused attention kernel, N = 1K ... 32K, against PyTorch (minutes)
+#   make bench-decode    decoding at context 4096: cache bytes per token and tokens/s against mha
+#   make bench-mha-options  a training step with each mha option (one layer, then the reference LM)
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build cli demo test test-sanitize bench bench-lra bench-attention clean
+.PHONY: all deps build cli demo test test-sanitize bench bench-lra bench-attention bench-decode bench-mha-options clean
 
 all: build
 
@@ -51,6 +53,15 @@ bench-lra: build
 bench-attention: build
 	cmake --build $(BUILD) -j $(JOBS) --target bench_attention
 	sh bench/run_attention.sh $(BUILD)
+
+bench-decode: build
+	cmake --build $(BUILD) -j $(JOBS) --target bench_decode
+	./$(BUILD)/bench/bench_decode
+
+bench-mha-options: build
+	cmake --build $(BUILD) -j $(JOBS) --target bench_mha_options
+	./$(BUILD)/bench/bench_mha_options
+	./$(BUILD)/bench/bench_mha_options --lm
 
 clean:
 	rm -rf $(BUILD) build-sanitize

@@ -1,7 +1,7 @@
-// bench_generate: sampling speed of the reference causal LM (4 layers, d=256, 8 heads, vocabulary
-// 256, max_len 512) in attnlab: batch 1, a 1-token prompt, temperature 1, with each variant's
-// decoding cache (KV cache, rolling window, recurrent state) and without it (the whole sequence
-// recomputed for every new token). bench/torch_generate.py does the same in PyTorch with
+// bench_generate: sampling speed of the reference causal LM (bench/reference_lm.hpp: 4 layers,
+// d=256, 8 heads, vocabulary 256; max_len 512) in attnlab: batch 1, a 1-token prompt,
+// temperature 1, with each variant's decoding cache (KV cache, rolling window, recurrent state)
+// and without it (the whole sequence recomputed for every new token). bench/torch_generate.py does the same in PyTorch with
 // hand-written layers and caches; bench/run_generate.sh runs both, variant by variant, and
 // prints the ratios.
 //
@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "attnlab.hpp"
+#include "bench/reference_lm.hpp"
 #include "nn/generation.hpp"
 
 using namespace attnlab;
@@ -60,13 +61,7 @@ int main(int argc, char** argv) {
   try {
     for (size_t i = 0; i < specs.size(); ++i) {
       manual_seed(0);
-      nn::LMConfig cfg;
-      cfg.block.d_model = 256;
-      cfg.block.attention = specs[i];
-      cfg.layers = 4;
-      cfg.vocab_size = 256;
-      cfg.max_len = 512;
-      nn::CausalLM model(cfg);
+      nn::CausalLM model(bench::reference_lm(specs[i], 512));
       const double cached = rate(model, tokens, true, reps);
       const double uncached = rate(model, uncached_tokens, false, 1);
       std::printf("%s{\"attention\": \"%s\", \"cached_tokens_per_s\": %.1f, \"uncached_tokens_per_s\": %.1f}",

@@ -1,22 +1,31 @@
-// bench_mha_options: one training step (forward + backward, the fused path) of an `mha` layer
-// with each option of current models on (docs/attention.md, "Options of current models"),
-// timed against plain mha of the same sizes and printed as ratios.
+// bench_mha_options: one training step with each `mha` option of current models on
+// (docs/attention.md, "Options of current models"), timed against plain mha and printed as ratios.
 //
-//   bench_mha_options [--n N] [--batch B] [--steps S]
+//   bench_mha_options [--n N] [--batch B] [--steps S]     one mha layer (default)
+//   bench_mha_options --lm [--steps S]                     the reference LM
 //
-// D = 512, h = 8, dk = dv = 64, causal, float32; x (B, N, D) requires grad, the loss is
-// sum(y * g) for a fixed random g. Each row is the median of S steps after one warm-up step.
-// The ratio is the option's time over plain mha's (1.00 = no cost).
+// Layer mode: forward + backward of one layer (the fused path), D = 512, h = 8, dk = dv = 64,
+// causal, float32; x (B, N, D) requires grad, the loss is sum(y * g) for a fixed random g.
+// LM mode: the whole training step of the reference LM (bench/reference_lm.hpp: 4 layers, d = 256,
+// 8 heads, dk = dv = 32, N = 256, batch 8, learned positions; forward, cross-entropy, backward,
+// AdamW) with the spec in every layer.
+// Every configuration is built first and warmed up (one step, two for the LM), then the timed
+// steps go round the configurations in turn, so that each sees the same share of a shared
+// machine's load. Each row is the median of its S steps; the ratio is the option's time over
+// plain mha's (1.00 = no cost), tokens/s = B N / that median.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "attnlab.hpp"
+#include "bench/reference_lm.hpp"
 #include "nn/attention/registry.hpp"
 
 using namespace attnlab;
@@ -30,23 +39,31 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// Median seconds of one forward + backward step of `spec` on x (B, N, 512).
-double step_seconds(const std::string& spec, int64_t batch, int64_t n, int steps) {
+// One configuration: a step to time and its times.
+struct Config {
+  std::string spec;
+  std::function<void()> step;
+  std::vector<double> times;
+};
+
+// Forward + backward of one `spec` layer on x (B, N, 512).
+std::function<void()> layer_step(const std::string& spec, int64_t batch, int64_t n) {
   manual_seed(0);
-  auto attn = nn::make_attention(spec, 512);
+  std::shared_ptr<nn::Attention> attn = nn::make_attention(spec, 512);
   Generator gen(1);
   Tensor x = randn({batch, n, 512}, gen).requires_grad_();  // (B, N, D)
   Tensor g = randn({batch, n, 512}, gen);                    // (B, N, D)
-  std::vector<double> times;
-  for (int s = 0; s <= steps; ++s) {
+  return [attn, x, g]() mutable {
     attn->zero_grad();
     x.set_grad(Tensor());
-    const auto t0 = Clock::now();
     sum(attn->forward(x, {}, {}, /*causal=*/true).output * g).backward();
-    const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
-    if (s > 0) times.push_back(dt);  // step 0 warms caches and the thread pool
-  }
-  return median(times);
+  };
+}
+
+// The reference LM's training step with `spec` in every layer.
+std::function<void()> lm_step(const std::string& spec) {
+  auto lm = std::make_shared<bench::LMTraining>(spec);
+  return [lm] { lm->step(); };
 }
 
 }  // namespace
@@ -54,6 +71,7 @@ double step_seconds(const std::string& spec, int64_t batch, int64_t n, int steps
 int main(int argc, char** argv) {
   int64_t n = 1024, batch = 1;
   int steps = 5;
+  bool lm = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&] {
@@ -66,27 +84,44 @@ int main(int argc, char** argv) {
     if (a == "--n") n = next();
     else if (a == "--batch") batch = next();
     else if (a == "--steps") steps = int(next());
+    else if (a == "--lm") lm = true;
     else {
-      std::fprintf(stderr, "usage: bench_mha_options [--n N] [--batch B] [--steps S]\n");
+      std::fprintf(stderr, "usage: bench_mha_options [--n N] [--batch B] [--steps S] | --lm [--steps S]\n");
       return 2;
     }
   }
+  if (lm) batch = bench::LMTraining::kBatch, n = bench::LMTraining::kLength;
   const std::string base = "mha(heads=8";
   const std::vector<std::string> options = {
       "",  // plain
       ", kv_heads=2", ", kv_heads=1", ", alibi=true", ", qk_norm=true", ", softcap=30", ", score=sigmoid",
       ", score=softpick", ", sinks=true", ", rope=true",
       ", kv_heads=2, alibi=true, qk_norm=true, softcap=30, sinks=true, rope=true"};
-  fmt::print("mha, one training step (fused path), B={}, N={}, D=512, h=8, causal, float32, {} threads, "
-             "median of {} steps\n",
-             batch, n, num_threads(), steps);
-  fmt::print("{:<88} {:>8} {:>6}\n", "spec", "seconds", "ratio");
-  double plain = 0;
+  std::vector<Config> configs;
   for (const std::string& o : options) {
     const std::string spec = base + o + ")";
-    const double t = step_seconds(spec, batch, n, steps);
-    if (o.empty()) plain = t;
-    fmt::print("{:<88} {:>8.4f} {:>6.2f}\n", spec, t, t / plain);
+    configs.push_back({spec, lm ? lm_step(spec) : layer_step(spec, batch, n), {}});
+    for (int w = 0; w < (lm ? 2 : 1); ++w) configs.back().step();  // warms caches and the thread pool
+  }
+  for (int s = 0; s < steps; ++s)
+    for (Config& c : configs) {
+      const auto t0 = Clock::now();
+      c.step();
+      c.times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    }
+  if (lm)
+    fmt::print("reference LM, one training step (4 layers, d=256, h=8, B={}, N={}, AdamW), float32, {} threads, "
+               "median of {} steps, configurations interleaved\n",
+               batch, n, num_threads(), steps);
+  else
+    fmt::print("mha, one training step (fused path), B={}, N={}, D=512, h=8, causal, float32, {} threads, "
+               "median of {} steps, configurations interleaved\n",
+               batch, n, num_threads(), steps);
+  fmt::print("{:<88} {:>8} {:>9} {:>6}\n", "spec", "seconds", "tokens/s", "ratio");
+  const double plain = median(configs.front().times);
+  for (const Config& c : configs) {
+    const double t = median(c.times);
+    fmt::print("{:<88} {:>8.4f} {:>9.0f} {:>6.2f}\n", c.spec, t, double(batch * n) / t, t / plain);
   }
   return 0;
 }
