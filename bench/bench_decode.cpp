@@ -3,8 +3,8 @@
 // then timed on steps of T = 1; steps of the variants are interleaved (one step of each in turn),
 // so that every variant sees the same share of the machine's load.
 //
-//   bench_decode [--context 4096] [--steps 16] [--window 512] [--chunk 512] [--no-layer] [--no-lm]
-//                [--lm-steps 8] [--variants SPEC;SPEC;...]
+//   bench_decode [--context 4096] [--steps 64] [--window 512] [--chunk 512] [--no-layer] [--no-lm]
+//                [--lm-steps 32] [--variants SPEC;SPEC;...]
 //
 // Layer rows: one attention layer, D = 512, h = 8, dk = dv = 64, batch 1, float32, eval mode.
 //   cache B/token   numel() * 4 bytes / positions held for (the cache's length after the run)
@@ -56,7 +56,7 @@ double seconds(F&& f) {
 }
 
 struct Options {
-  int64_t context = 4096, steps = 16, window = 512, chunk = 512, lm_steps = 8;
+  int64_t context = 4096, steps = 64, window = 512, chunk = 512, lm_steps = 32;
   bool layer = true, lm = true;
   std::vector<std::string> variants;  // empty: the defaults below
 };
@@ -135,12 +135,13 @@ void bench_layers(const Options& o, const std::vector<std::string>& specs) {
              runs[0].spec);
   for (const LayerRun& r : runs)
     if (auto* mla = dynamic_cast<const nn::LatentAttention*>(r.attn.get())) {
+      // Against the KV cache of an mha with the same h, dk, dv: h (dk + dv) numbers per position.
       const nn::LatentConfig& c = mla->config;
-      const int64_t per_token = c.kv_rank + c.rope_size, mha_token = c.head.heads * (c.head.key_size + c.head.value_size);
-      const double bound = double(per_token) / double(mha_token);
-      const double ratio = double(r.cache->numel()) / double(runs[0].cache->numel());
-      fmt::print("`{}`: cache / mha's cache = {:.5f}; bound (r + dr) / (h (dk + dv)) = ({} + {}) / ({} ({} + {})) = "
-                 "{:.5f}; ratio / bound = {:.3f}\n",
+      const int64_t mha_token = c.head.heads * (c.head.key_size + c.head.value_size);
+      const double ratio = double(r.cache->numel()) / double(r.cache->length * mha_token);
+      const double bound = double(c.kv_rank + c.rope_size) / double(mha_token);
+      fmt::print("`{}`: cache / mha's cache of the same h, dk, dv = {:.5f}; bound (r + dr) / (h (dk + dv)) = "
+                 "({} + {}) / ({} ({} + {})) = {:.5f}; ratio / bound = {:.3f}\n",
                  r.spec, ratio, c.kv_rank, c.rope_size, c.head.heads, c.head.key_size, c.head.value_size, bound,
                  ratio / bound);
     }
