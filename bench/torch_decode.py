@@ -7,7 +7,7 @@ bench_decode does. Prints a markdown table: tokens/s = 1 / median step time, rat
 
     /usr/bin/python3 bench/torch_decode.py [--context 4096] [--steps 64] [--window 512] [--threads N]
 
-Decoding states, written the way the papers' reference code keeps them:
+Decoding states, written directly:
   mha, kv_heads=g   K and V (1, g, L, 64); grouped queries reshaped to (1, g, h/g, 64) against
                     their kv head (no copy of K and V to h heads)
   mla               the latent c (1, L, r) and RoPE key kr (1, L, dr), r = 128, dr = 32; absorbed:
