@@ -276,12 +276,17 @@ Tensor MultiHeadAttention::forward_step(const Tensor& x_new, AttentionCache& cac
   check_step("mha", d_model_, x_new, c.v.size(0), c.length, c.v.size(2));
   NoGradGuard no_grad;
   const int64_t T = x_new.size(1), L = c.length + T;
-  Tensor q = queries(x_new, c.length);                                             // (B, h, T, dk)
-  write_rows(c.k, 2, c.length, keys(x_new, c.length));                             // rows [length, L)
+  Tensor q = queries(x_new, c.length);                                 // (B, h, T, dk)
+  write_rows(c.k, 2, c.length, keys(x_new, c.length));                 // rows [length, L)
   write_rows(c.v, 2, c.length, split_heads((*v_proj)(x_new), options.kv_heads));
-  Tensor k = expand_kv(narrow(c.k, 2, 0, L)), v = expand_kv(narrow(c.v, 2, 0, L));  // (B, h, L, dk|dv)
-  Tensor p = probabilities(q, k, step_causal_mask(T, c.length), c.length);         // (B, h, T, L)
-  Tensor o = matmul(p, v) * head_scale(gate, head_mask);                           // (B, h, T, dv)
+  Tensor k = narrow(c.k, 2, 0, L), v = narrow(c.v, 2, 0, L);           // (B, g, L, dk|dv), views of the cache
+  if (!options.kv_index.empty()) k = expand_kv(k), v = expand_kv(v);  // unequal groups: (B, h, L, dk|dv)
+  // The fused kernel, as forward: query t sits at position length + t and sees keys [0, length + t],
+  // grouped heads are read in place (no copy of the cache to h heads), ALiBi reads the raw positions.
+  TilePattern pattern = dense_tile_pattern(T, L, false, {});
+  pattern.q_pos.resize(T);
+  for (int64_t t = 0; t < T; ++t) pattern.hi[t] = c.length + t + 1, pattern.q_pos[t] = c.length + t;
+  Tensor o = tile_attention(q, k, v, pattern, tile_options(L)).out * head_scale(gate, head_mask);  // (B, h, T, dv)
   c.length = L;
   return (*out_proj)(merge_heads(o));  // (B, T, D)
 }
