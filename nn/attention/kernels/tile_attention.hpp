@@ -31,7 +31,9 @@
 //
 // The pattern is data, not code: query row i may attend key rows [lo[i], hi[i]) minus
 // [ex_lo[i], ex_hi[i]), and the user's bool mask read at the raw positions (q_pos[i], k_pos[j])
-// through its broadcast strides. Causality is folded into hi by whoever builds the pattern.
+// through its broadcast strides, and with segment ids (packed sequences) only keys whose id equals
+// the query's, per batch row; a tile pair whose id ranges do not meet is skipped (docs/attention.md,
+// "Packed sequences"). Causality is folded into hi by whoever builds the pattern.
 // Patterns that are not contiguous bands are made so by gathering rows (index_select) before
 // the call; parts with different key sets are merged exactly by their log-sum-exps, which the
 // op can return as a differentiable output (need_lse).
