@@ -17,28 +17,24 @@
 #include <fmt/format.h>
 
 #include "attnlab.hpp"
+#include "bench_args.hpp"
 #include "nn/attention/registry.hpp"
 
 using namespace attnlab;
+using attnlab::bench::median;
 using Clock = std::chrono::steady_clock;
 
 namespace {
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 // Median seconds of one forward + backward step of `spec` on x (B, N, 512).
-double step_seconds(const std::string& spec, int64_t batch, int64_t n, int steps) {
+double step_seconds(const std::string& spec, int64_t batch, int64_t n, int64_t steps) {
   manual_seed(0);
   auto attn = nn::make_attention(spec, 512);
   Generator gen(1);
   Tensor x = randn({batch, n, 512}, gen).requires_grad_();  // (B, N, D)
   Tensor g = randn({batch, n, 512}, gen);                    // (B, N, D)
   std::vector<double> times;
-  for (int s = 0; s <= steps; ++s) {
+  for (int64_t s = 0; s <= steps; ++s) {
     attn->zero_grad();
     x.set_grad(Tensor());
     const auto t0 = Clock::now();
@@ -53,24 +49,9 @@ double step_seconds(const std::string& spec, int64_t batch, int64_t n, int steps
 
 int main(int argc, char** argv) {
   int64_t n = 1024, batch = 1;
-  int steps = 5;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&] {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "bench_mha_options: %s needs a value\n", a.c_str());
-        std::exit(2);
-      }
-      return std::atoll(argv[++i]);
-    };
-    if (a == "--n") n = next();
-    else if (a == "--batch") batch = next();
-    else if (a == "--steps") steps = int(next());
-    else {
-      std::fprintf(stderr, "usage: bench_mha_options [--n N] [--batch B] [--steps S]\n");
-      return 2;
-    }
-  }
+  int64_t steps = 5;
+  bench::parse_flags(argc, argv, "bench_mha_options [--n N] [--batch B] [--steps S]",
+                     {{"--n", &n}, {"--batch", &batch}, {"--steps", &steps}});
   const std::string base = "mha(heads=8";
   const std::vector<std::string> options = {
       "",  // plain

@@ -21,21 +21,17 @@
 #include <fmt/format.h>
 
 #include "attnlab.hpp"
+#include "bench_args.hpp"
 #include "experiments/data/text.hpp"
 #include "nn/loss.hpp"
 #include "nn/transformer.hpp"
 #include "optim/adam.hpp"
 
 using namespace attnlab;
+using attnlab::bench::median;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 struct Batch {
   Tensor inputs, targets, segment_ids;  // (B, N) each; segment_ids undefined when padded
@@ -69,7 +65,7 @@ Batch packed_batch(const data::TextCorpus& c, int64_t B, int64_t N, Generator& g
 }
 
 // Median real tokens per second of a training step on batches from `make`.
-double tokens_per_second(const data::TextCorpus& c, int64_t B, int64_t N, int steps,
+double tokens_per_second(const data::TextCorpus& c, int64_t B, int64_t N, int64_t steps,
                          Batch (*make)(const data::TextCorpus&, int64_t, int64_t, Generator&)) {
   manual_seed(0);
   nn::LMConfig cfg;
@@ -82,7 +78,7 @@ double tokens_per_second(const data::TextCorpus& c, int64_t B, int64_t N, int st
   optim::AdamW opt(model.parameters(), {.lr = 1e-4});
   Generator gen(1);
   std::vector<double> rates;
-  for (int s = 0; s <= steps; ++s) {
+  for (int64_t s = 0; s <= steps; ++s) {
     Batch b = make(c, B, N, gen);
     const auto t0 = Clock::now();
     Tensor logits = model.forward(b.inputs, b.segment_ids);  // (B, N, V)
@@ -100,24 +96,9 @@ double tokens_per_second(const data::TextCorpus& c, int64_t B, int64_t N, int st
 
 int main(int argc, char** argv) {
   int64_t n = 512, batch = 8;
-  int steps = 5;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&] {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "bench_packed: %s needs a value\n", a.c_str());
-        std::exit(2);
-      }
-      return std::atoll(argv[++i]);
-    };
-    if (a == "--n") n = next();
-    else if (a == "--batch") batch = next();
-    else if (a == "--steps") steps = int(next());
-    else {
-      std::fprintf(stderr, "usage: bench_packed [--n N] [--batch B] [--steps S]\n");
-      return 2;
-    }
-  }
+  int64_t steps = 5;
+  bench::parse_flags(argc, argv, "bench_packed [--n N] [--batch B] [--steps S]",
+                     {{"--n", &n}, {"--batch", &batch}, {"--steps", &steps}});
   const data::TextCorpus c = data::load_fortunes("char");
   const int64_t docs = int64_t(c.train_docs.size());
   fmt::print("causal LM training step (4 layers, d=256, 8 heads, fused mha), B={}, N={}, {} threads, median of {} steps\n",
