@@ -54,13 +54,14 @@ TEST_CASE("packed rows equal the same documents run one by one: fused variants a
   }
 }
 
-TEST_CASE("forward_packed equals forward with the dense segment mask, in output and gradients (fused mha, local)") {
+TEST_CASE("forward_packed equals forward with the dense segment mask, in output and gradients (mha, local, longformer)") {
   const int64_t D = 8, N = 15;
   const Tensor ids = segments_of(kDocs);
   Generator g(61);
   const Tensor user = lt(rand({2, 1, N, N}, g, kFloat64), 0.8);  // (B, 1, N, N)
   for (const std::string spec : {"mha(heads=4, kv_heads=2, alibi=true, sinks=true, attn_dropout=0.2)",
-                                 "mha(heads=2, score=softpick)", "local(heads=2, window=3, sink_tokens=2)"})
+                                 "mha(heads=2, score=softpick)", "local(heads=2, window=3, sink_tokens=2)",
+                                 "longformer(heads=2, window=2, dilation=2, global=0+9, separate_global=true)"})
     for (bool causal : {false, true}) {
       CAPTURE(spec);
       CAPTURE(causal);
