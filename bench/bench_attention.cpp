@@ -41,6 +41,7 @@
 #include "attnlab.hpp"
 #include "nn/attention/kernels/tile_attention.hpp"
 #include "nn/attention/registry.hpp"
+#include "bench/bench_args.hpp"
 
 using namespace attnlab;
 using Clock = std::chrono::steady_clock;
@@ -52,11 +53,7 @@ constexpr int kOomExit = 3;  // run_attention.sh reads this exit status as "out 
 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+using attnlab::bench::median;
 
 // Steps timed at length n when --steps is not given: few at large N, so that N = 32K (minutes
 // per step on a small machine) finishes in a couple of minutes. torch_attention.py uses the same.

@@ -34,6 +34,7 @@
 #include "nn/attention/mla.hpp"
 #include "nn/attention/registry.hpp"
 #include "nn/generation.hpp"
+#include "bench/bench_args.hpp"
 
 using namespace attnlab;
 using Clock = std::chrono::steady_clock;
@@ -42,11 +43,7 @@ namespace {
 
 constexpr int64_t kDModel = 512, kHeads = 8;
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+using attnlab::bench::median;
 
 template <class F>
 double seconds(F&& f) {

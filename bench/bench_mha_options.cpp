@@ -27,17 +27,14 @@
 #include "attnlab.hpp"
 #include "bench/reference_lm.hpp"
 #include "nn/attention/registry.hpp"
+#include "bench/bench_args.hpp"
 
 using namespace attnlab;
 using Clock = std::chrono::steady_clock;
 
 namespace {
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+using attnlab::bench::median;
 
 // One configuration: a step to time and its times.
 struct Config {

@@ -28,6 +28,7 @@
 #include <fmt/format.h>
 
 #include "attnlab.hpp"
+#include "bench/bench_args.hpp"
 
 namespace {
 
@@ -44,11 +45,7 @@ Options opt;
 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+using attnlab::bench::median;
 
 // Runs f during the warm-up and returns how many calls make one repetition of >= min_time.
 template <class F>

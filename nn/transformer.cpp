@@ -1,11 +1,13 @@
 #include "nn/transformer.hpp"
 
 #include <cstdint>
+#include <unordered_map>
 
 #include "autograd/grad_mode.hpp"
 #include "autograd/ops.hpp"
 #include "nn/attention/registry.hpp"
 #include "nn/init.hpp"
+#include "tensor/kernels.hpp"
 
 namespace attnlab::nn {
 namespace {
@@ -31,6 +33,21 @@ Tensor check_tokens(const Tensor& tokens, int64_t max_len, const char* who) {
 // Learned positions 0..n-1 as (1, n, D).
 Tensor positions(const Embedding& pos, int64_t n) { return unsqueeze(narrow(pos.weight, 0, 0, n), 0); }
 
+// Each token's index within its segment, int64 (B, N): the number of earlier tokens of its row
+// with the same segment id (packed sequences: positions restart at each segment).
+Tensor segment_positions(const Tensor& segment_ids) {
+  const Tensor ids = kernels::contiguous(segment_ids);  // (B, N)
+  const int64_t B = ids.size(0), N = ids.size(1);
+  Tensor pos = Tensor::empty({B, N}, kInt64);  // (B, N)
+  const int64_t* s = ids.data<int64_t>();
+  int64_t* p = pos.data<int64_t>();
+  for (int64_t b = 0; b < B; ++b) {
+    std::unordered_map<int64_t, int64_t> seen;  // id -> tokens of that id so far in this row
+    for (int64_t n = 0; n < N; ++n) p[b * N + n] = seen[s[b * N + n]]++;
+  }
+  return pos;
+}
+
 }  // namespace
 
 TransformerBlock::TransformerBlock(const BlockConfig& c) : config(c) {
@@ -47,12 +64,12 @@ TransformerBlock::TransformerBlock(const BlockConfig& c) : config(c) {
 }
 
 Tensor TransformerBlock::forward(const Tensor& x, const Tensor& mask, bool causal, const Tensor& memory,
-                                 const Tensor& memory_mask) {
+                                 const Tensor& memory_mask, const Tensor& segment_ids) {
   if (memory.defined() && !cross_attn)
     fail<ValueError>("TransformerBlock: got a memory, but the block has no cross_attention");
   const bool observed = static_cast<bool>(attention_observer);
   auto self_attention = [&](const Tensor& in) {
-    AttentionResult r = attn->forward(in, {}, mask, causal, /*need_weights=*/observed);
+    AttentionResult r = attn->forward_packed(in, segment_ids, mask, causal, /*need_weights=*/observed);
     if (observed) attention_observer(r);
     return r.output;  // (B, N, D)
   };
@@ -116,7 +133,7 @@ EncoderClassifier::EncoderClassifier(const EncoderConfig& c) : config(c) {
   head = register_module("head", std::make_shared<Linear>(D, c.num_classes));
 }
 
-Tensor EncoderClassifier::forward(const Tensor& inputs, const Tensor& padding) {
+Tensor EncoderClassifier::forward(const Tensor& inputs, const Tensor& padding, const Tensor& segment_ids) {
   Tensor x;
   if (tok_emb) {
     check_tokens(inputs, config.max_len, "EncoderClassifier");
@@ -130,15 +147,17 @@ Tensor EncoderClassifier::forward(const Tensor& inputs, const Tensor& padding) {
     x = (*input_proj)(inputs);  // (B, N, D)
   }
   const int64_t B = x.size(0);
-  Tensor pad = padding;
+  check_segment_ids(segment_ids, B, x.size(1), "EncoderClassifier");
+  Tensor pad = padding, seg = segment_ids;
   if (cls_token.defined()) {
     x = cat({expand(cls_token, {B, 1, -1}), x}, 1);  // (B, 1 + N, D)
     if (pad.defined()) pad = cat({ones({B, 1}, kBool), pad}, 1);
+    if (seg.defined()) seg = cat({narrow(seg, 1, 0, 1), seg}, 1);  // (B, 1 + N): CLS joins the first segment
   }
   const int64_t N = x.size(1);
   x = x + positions(*pos_emb, N);
   Tensor mask = padding_mask(pad, B, N, "EncoderClassifier");
-  for (const ModulePtr& m : *blocks) x = static_cast<TransformerBlock&>(*m).forward(x, mask);
+  for (const ModulePtr& m : *blocks) x = static_cast<TransformerBlock&>(*m).forward(x, mask, false, {}, {}, seg);
   if (norm) x = (*norm)(x);
   Tensor pooled;
   if (cls_token.defined()) {
@@ -171,11 +190,15 @@ CausalLM::CausalLM(const LMConfig& c) : config(c) {
   if (c.tie_weights) lm_head->weight.set_data(tok_emb->weight);
 }
 
-Tensor CausalLM::forward(const Tensor& tokens) {
+Tensor CausalLM::forward(const Tensor& tokens, const Tensor& segment_ids) {
   check_tokens(tokens, learned_positions() ? config.max_len : INT64_MAX, "CausalLM");
-  Tensor x = embedding(tok_emb->weight, tokens);                   // (B, N, D)
-  if (pos_emb) x = x + positions(*pos_emb, tokens.size(1));        // (B, N, D)
-  for (const ModulePtr& m : *blocks) x = static_cast<TransformerBlock&>(*m).forward(x, {}, true);
+  check_segment_ids(segment_ids, tokens.size(0), tokens.size(1), "CausalLM");
+  Tensor x = embedding(tok_emb->weight, tokens);  // (B, N, D)
+  if (pos_emb && segment_ids.defined())
+    x = x + embedding(pos_emb->weight, segment_positions(segment_ids));  // (B, N, D): restarting at each segment
+  else if (pos_emb)
+    x = x + positions(*pos_emb, tokens.size(1));  // (B, N, D)
+  for (const ModulePtr& m : *blocks) x = static_cast<TransformerBlock&>(*m).forward(x, {}, true, {}, {}, segment_ids);
   x = (*norm)(x);
   if (config.tie_weights) return matmul(x, transpose(tok_emb->weight, 0, 1));  // (B, N, V)
   return (*lm_head)(x);                                                    // (B, N, V)

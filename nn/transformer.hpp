@@ -36,9 +36,10 @@ class TransformerBlock : public Module {
  public:
   explicit TransformerBlock(const BlockConfig& config);
   // x (B, N, D); mask broadcastable to (B, h, N, N); memory (B, M, D) for cross-attention with
-  // memory_mask broadcastable to (B, h, N, M).
+  // memory_mask broadcastable to (B, h, N, M); segment_ids int64 (B, N) for packed sequences: the
+  // self-attention keeps each query to the keys of its own segment (Attention::forward_packed).
   Tensor forward(const Tensor& x, const Tensor& mask = {}, bool causal = false, const Tensor& memory = {},
-                 const Tensor& memory_mask = {});
+                 const Tensor& memory_mask = {}, const Tensor& segment_ids = {});
   std::string type_name() const override { return "TransformerBlock"; }
   // Incremental causal decoding of a block without cross-attention: x_new (B, T, D) are the
   // next T positions; `cache` comes from attn->make_cache (see Attention::forward_step).
@@ -75,8 +76,9 @@ class EncoderClassifier : public Module {
  public:
   explicit EncoderClassifier(const EncoderConfig& config);
   // inputs: int64 (B, N) or float (B, N, input_dim); padding: optional bool (B, N), true = real
-  // token. Returns logits (B, num_classes).
-  Tensor forward(const Tensor& inputs, const Tensor& padding = {});
+  // token; segment_ids: optional int64 (B, N), packed sequences (tokens attend their own segment;
+  // the CLS token joins the first token's segment; positions stay 0..N-1). Returns logits (B, num_classes).
+  Tensor forward(const Tensor& inputs, const Tensor& padding = {}, const Tensor& segment_ids = {});
   std::string type_name() const override { return "EncoderClassifier"; }
 
   EncoderConfig config;
@@ -112,8 +114,10 @@ struct LMCache {
 class CausalLM : public Module {
  public:
   explicit CausalLM(const LMConfig& config);
-  // tokens int64 (B, N) -> logits (B, N, vocab)
-  Tensor forward(const Tensor& tokens);
+  // tokens int64 (B, N) -> logits (B, N, vocab). segment_ids: optional int64 (B, N), packed
+  // documents: each token attends the earlier tokens of its own segment, and learned positions
+  // restart at each segment (a token's position is its index within its segment).
+  Tensor forward(const Tensor& tokens, const Tensor& segment_ids = {});
   // Incremental decoding (eval mode, no gradients): make_cache for `batch` sequences, then
   // forward_step with the next T tokens (B, T) -> their logits (B, T, vocab), equal to the last
   // T rows of forward() over every token so far.

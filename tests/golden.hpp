@@ -119,7 +119,8 @@ struct GoldenCaseOptions {
 };
 
 // Builds case `name`'s layer from its spec alone, loads the reference weights strictly (names,
-// shapes and dtypes must be the documented ones), runs forward with need_weights (and before that, when
+// shapes and dtypes must be the documented ones), runs forward (forward_packed when the case
+// holds segment_ids) with need_weights (and before that, when
 // asked, without) and backward with the file's grad_output, then compares output, attention,
 // the gradients of x, the context, head_mask and every parameter, and the buffers the file
 // holds. The set of compared gradients must equal the file's, so neither side can hold one the
@@ -156,7 +157,11 @@ inline void run_golden_case(const GoldenFile& file, const std::string& name, con
   Tensor context = file.optional(name + "/context");
   if (context.defined()) context = clone(context).requires_grad_();
   Tensor mask = file.optional(name + "/mask");
-  auto result = layer->forward(x, context, mask, causal == "true", need_weights);
+  // Packed sequences: a case with segment_ids (B, N) runs forward_packed (self-attention).
+  Tensor segment_ids = file.optional(name + "/segment_ids");
+  REQUIRE_MESSAGE(!(segment_ids.defined() && context.defined()), name << ": segment_ids with a context");
+  auto result = segment_ids.defined() ? layer->forward_packed(x, segment_ids, mask, causal == "true", need_weights)
+                                      : layer->forward(x, context, mask, causal == "true", need_weights);
   result.output.backward(file.required(name + "/grad_output"));
 
   auto close = [&](const std::string& what, const Tensor& got, const Tensor& want) {

@@ -29,6 +29,15 @@ inline bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, doubl
   return true;
 }
 
+// Packed-sequence segment ids, int64 (B, N): row b cut into consecutive documents of the lengths
+// lengths[b] (equal totals), with ids 0, 1, 2, ... in each row.
+inline Tensor segments_of(const std::vector<std::vector<int64_t>>& lengths) {
+  std::vector<int64_t> ids;
+  for (const auto& row : lengths)
+    for (int64_t d = 0; d < int64_t(row.size()); ++d) ids.insert(ids.end(), row[d], d);
+  return from_vector(ids, {int64_t(lengths.size()), int64_t(ids.size() / lengths.size())});
+}
+
 // A float64 leaf that requires grad, from a seeded normal draw.
 inline Tensor leaf64(Dims shape, uint64_t seed) {
   Generator g(seed);

@@ -1,5 +1,6 @@
 // `lm`: a causal character LM (nn::CausalLM with model.attention, positions model.positions) on
-// the fortunes corpus, trained by the Trainer on random windows drawn from ctx.generator().
+// the fortunes corpus, trained by the Trainer on random windows drawn from ctx.generator(), or
+// with task.pack on rows packed with whole fortunes and their segment ids.
 // Metrics: train_loss, lr; val_bpc (bits per character on fixed validation windows of the
 // training context) at each evaluation; summary: val_bpc, steps_per_s, peak_rss_mb, params, and
 // with eval.context > 0 also val_bpc_long and eval_context: the final val_bpc on windows of
@@ -22,6 +23,10 @@ Schema lm_schema() {
   Schema s;
   add_task_keys(s, "fortunes");
   add_model_keys(s, {.attention = "mha(heads=4)", .d_model = 128, .layers = 2, .ffn_hidden = 512});
+  s.add("task.pack", false,
+        "true: train on rows packed with whole fortunes and their segment ids (each token attends its own "
+        "fortune; learned positions restart per fortune) instead of random windows; val_bpc uses the same "
+        "windows either way");
   s.add("model.positions", "learned",
         "learned (pos_emb of task.length rows) | none (token order from the attention alone, e.g. mha(alibi=true))");
   add_train_keys(s, {.steps = 300, .batch_size = 16, .lr = 2e-3, .warmup = 30, .eval_every = 100});
@@ -53,10 +58,11 @@ void run_lm(const Config& config, RunContext& ctx) {
   auto model = build_lm(config, task);
   const int64_t batch = config.get_int("train.batch_size"), n = task.seq_len;
   const int64_t long_n = eval_context(config, task);
-  ctx.logf("lm: {} on {} ({} parameters, context {}, {} positions)", attention_spec(config), task.name,
-           model->num_parameters(), n, model->config.positions);
-  auto loss_of = [&](const Tensor& x, const Tensor& y) {
-    Tensor logits = model->forward(x);  // (B, N, V)
+  const bool pack = config.get_bool("task.pack");
+  ctx.logf("lm: {} on {} ({} parameters, context {}, {} positions{})", attention_spec(config), task.name,
+           model->num_parameters(), n, model->config.positions, pack ? ", packed rows" : "");
+  auto loss_of = [&](const Tensor& x, const Tensor& y, const Tensor& segment_ids = {}) {
+    Tensor logits = model->forward(x, segment_ids);  // (B, N, V)
     return nn::cross_entropy(reshape(logits, {-1, task.vocab_size}), reshape(y, {-1}));
   };
   // Mean bits per character over eval.batches fixed batches of `context`-token windows: the same
@@ -73,6 +79,10 @@ void run_lm(const Config& config, RunContext& ctx) {
   };
   Trainer trainer(ctx, *model);
   trainer.loss = [&](int64_t) {
+    if (pack) {
+      data::PackedBatch p = data::lm_packed_batch(task.train_tokens, task.train_docs, batch, n, ctx.generator());
+      return loss_of(p.inputs, p.targets, p.segment_ids);  // (B, N) each
+    }
     auto [x, y] = data::lm_batch(task.train_tokens, batch, n, ctx.generator());  // (B, N), (B, N)
     return loss_of(x, y);
   };

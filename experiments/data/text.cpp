@@ -55,8 +55,12 @@ TextCorpus load_fortunes(const std::string& level, const std::string& dir) {
   if (level != "char" && level != "byte")
     fail<ValueError>("load_fortunes: level must be char or byte, got {}", level);
   std::string train, val;
-  for (const std::string& f : read_fortunes(dir)) (fnv1a(f) % 10 == 0 ? val : train) += f;
   TextCorpus c;
+  for (const std::string& f : read_fortunes(dir)) {
+    const bool to_val = fnv1a(f) % 10 == 0;
+    (to_val ? c.val_docs : c.train_docs).push_back(int64_t((to_val ? val : train).size()));
+    (to_val ? val : train) += f;
+  }
   c.id_of.assign(256, 0);
   if (level == "byte") {
     for (int b = 0; b < 256; ++b) {
@@ -114,6 +118,38 @@ std::pair<Tensor, Tensor> lm_batch(const Tensor& tokens, int64_t batch, int64_t 
       py[b * seq_len + n] = src[s[b] + n + 1];
     }
   return {x, y};
+}
+
+PackedBatch lm_packed_batch(const Tensor& tokens, const std::vector<int64_t>& docs, int64_t batch, int64_t seq_len,
+                            Generator& gen) {
+  const int64_t T = tokens.numel(), D = int64_t(docs.size());
+  if (batch < 1 || seq_len < 1)
+    fail<ValueError>("lm_packed_batch: need batch >= 1 and seq_len >= 1, got batch {}, seq_len {}", batch, seq_len);
+  if (tokens.dim() != 1 || tokens.dtype() != kInt64)
+    fail<ShapeError>("lm_packed_batch: need int64 (T) tokens, got {} {}", dtype_name(tokens.dtype()),
+                     to_string(tokens.shape()));
+  if (D == 0 || docs[0] != 0 || !std::is_sorted(docs.begin(), docs.end()) || docs.back() >= T)
+    fail<ValueError>("lm_packed_batch: need document starts ascending from 0 and below T = {}, got {} of them", T, D);
+  const Tensor flat = kernels::contiguous(tokens);
+  const int64_t* src = flat.data<int64_t>();
+  PackedBatch out{Tensor::empty({batch, seq_len}, kInt64), Tensor::empty({batch, seq_len}, kInt64),
+                  Tensor::empty({batch, seq_len}, kInt64)};
+  int64_t *px = out.inputs.data<int64_t>(), *py = out.targets.data<int64_t>(), *ps = out.segment_ids.data<int64_t>();
+  std::vector<int64_t> row(seq_len + 1), seg(seq_len + 1);  // N + 1 tokens and their document index
+  for (int64_t b = 0; b < batch; ++b) {
+    int64_t filled = 0;
+    for (int64_t segment = 0; filled <= seq_len; ++segment) {
+      const int64_t d = int64_t(gen.next_u64() % uint64_t(D));  // a document, uniformly
+      const int64_t start = docs[d], end = d + 1 < D ? docs[d + 1] : T;
+      for (int64_t i = start; i < end && filled <= seq_len; ++i, ++filled) row[filled] = src[i], seg[filled] = segment;
+    }
+    for (int64_t n = 0; n < seq_len; ++n) {
+      px[b * seq_len + n] = row[n];
+      py[b * seq_len + n] = row[n + 1];
+      ps[b * seq_len + n] = seg[n];
+    }
+  }
+  return out;
 }
 
 }  // namespace attnlab::data

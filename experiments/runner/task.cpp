@@ -106,6 +106,8 @@ TaskData fortunes(const Config& c) {
   t.language_model = true;
   t.train_tokens = corpus.train;
   t.val_tokens = corpus.val;
+  t.train_docs = corpus.train_docs;
+  t.val_docs = corpus.val_docs;
   t.vocab_size = t.num_classes = corpus.vocab_size();
   t.seq_len = length_or(c, 128);
   for (int64_t id = 0; id < corpus.vocab_size(); ++id) {

@@ -27,6 +27,7 @@ struct TaskData {
   bool per_position = false;         // targets (n, seq_len) instead of (n)
   data::TensorDataset train, val, test;  // classification / sequence tasks
   Tensor train_tokens, val_tokens;       // int64 (T), language modelling
+  std::vector<int64_t> train_docs, val_docs;  // language modelling: where each document starts
   int64_t vocab_size = 0;   // inputs are token ids in [0, vocab_size) (0 for feature inputs)
   int64_t input_dim = 0;    // inputs are float features (n, seq_len, input_dim) (0 for tokens)
   int64_t num_classes = 0;  // classes; per-position and LM tasks: the output vocabulary

@@ -171,6 +171,45 @@ Tensor allowed_mask(const Tensor& mask, int64_t n, int64_t m, bool causal, const
   return allowed;
 }
 
+std::string Attention::variant_name() const {
+  const std::string s = spec();
+  return s.substr(0, s.find('('));
+}
+
+AttentionResult Attention::forward_packed(const Tensor& x, const Tensor& segment_ids, const Tensor& mask, bool causal,
+                                          bool need_weights) {
+  if (!segment_ids.defined()) return forward(x, {}, mask, causal, need_weights);
+  const std::string who = variant_name();
+  check_inputs(who.c_str(), d_model_, x, {}, causal);
+  check_segment_ids(segment_ids, x.size(0), x.size(1), who);
+  return forward_segments(x, segment_ids, mask, causal, need_weights);
+}
+
+AttentionResult Attention::forward_segments(const Tensor& x, const Tensor& segment_ids, const Tensor& mask,
+                                            bool causal, bool need_weights) {
+  check_mask(mask, x.size(1), x.size(1), variant_name().c_str());
+  return forward(x, {}, segment_mask(segment_ids, mask), causal, need_weights);
+}
+
+void check_segment_ids(const Tensor& ids, int64_t batch, int64_t n, const std::string& who) {
+  if (!ids.defined()) return;
+  if (ids.dtype() != kInt64)
+    fail<DTypeError>("{}: segment_ids must be int64 (B={}, N={}), got dtype {}", who, batch, n, dtype_name(ids.dtype()));
+  if (ids.dim() != 2 || ids.size(0) != batch || ids.size(1) != n)
+    fail<ShapeError>("{}: segment_ids must be (B={}, N={}), got shape {}", who, batch, n, to_string(ids.shape()));
+}
+
+Tensor segment_mask(const Tensor& ids, const Tensor& mask) {
+  Tensor same = unsqueeze(eq(unsqueeze(ids, 2), unsqueeze(ids, 1)), 1);  // (B, 1, N, N)
+  return mask.defined() ? logical_and(same, mask) : same;
+}
+
+void reject_segment_ids(const std::string& variant, const char* why) {
+  fail<ValueError>("{}: segment_ids (packed sequences) are not supported: {}; variants that take them: every variant "
+                   "that takes full masks (docs/attention.md, \"Packed sequences\")",
+                   variant, why);
+}
+
 Tensor attention_dropout(const Tensor& p, double rate, bool training, Generator& gen) {
   if (!training || rate == 0) return p;
   Tensor keep = bernoulli(p.shape(), 1 - rate, gen, p.dtype());

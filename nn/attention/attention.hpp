@@ -50,6 +50,12 @@ class Attention : public Module {
   Tensor operator()(const Tensor& x, const Tensor& mask = {}, bool causal = false) {
     return forward(x, {}, mask, causal).output;
   }
+  // Packed sequences (docs/attention.md, "Packed sequences"): self-attention over x (B, N, D) in
+  // which query n attends key m only when segment_ids[b, n] == segment_ids[b, m] (int64 (B, N)),
+  // besides `mask` and causal. Checks the ids (ShapeError / DTypeError naming segment_ids), then
+  // runs forward_segments. Undefined ids: plain forward.
+  AttentionResult forward_packed(const Tensor& x, const Tensor& segment_ids, const Tensor& mask = {},
+                                 bool causal = false, bool need_weights = false);
   // The expected L0 norm of the head gates (a 0-d tensor; zero without gates).
   virtual Tensor l0_penalty() const;
   // A smaller layer with only the heads in `keep` (value heads), equal in output to this layer
@@ -67,8 +73,15 @@ class Attention : public Module {
   // The spec this layer was built from, with every size pinned (what prune_heads preserves).
   virtual std::string spec() const = 0;
   int64_t d_model() const { return d_model_; }
+  // The variant's registry name: spec() up to its '('.
+  std::string variant_name() const;
 
  protected:
+  // forward_packed's hook, with checked ids (B, N). The default runs forward with segment_mask
+  // (B, 1, N, N) and-ed with `mask`; the variants on the fused tile kernel pass the ids to it
+  // instead (no (N, N) mask); those that take no mask or key masks only reject the ids.
+  virtual AttentionResult forward_segments(const Tensor& x, const Tensor& segment_ids, const Tensor& mask, bool causal,
+                                           bool need_weights);
   // For forward_step overrides: `cache` as the type C that this layer's make_cache made, after
   // checking that this layer made it and is in eval mode (ValueError naming `who` otherwise).
   template <class C>
@@ -139,6 +152,17 @@ void write_rows(const Tensor& buffer, int64_t dim, int64_t at, const Tensor& row
 // The causal mask of T new queries at positions length, ..., length + T - 1 over the
 // length + T keys so far, (T, length + T); undefined when T == 1 (the new query sees every key).
 Tensor step_causal_mask(int64_t t, int64_t length);
+
+// ---- packed sequences ----
+
+// segment_ids must be int64 (batch, n); a ShapeError or DTypeError from `who` naming the tensor, the
+// shape and dtype seen and those expected.
+void check_segment_ids(const Tensor& segment_ids, int64_t batch, int64_t n, const std::string& who);
+// ids (B, N) -> bool (B, 1, N, N): ids[b, n] == ids[b, m], and-ed with `mask` (broadcastable to
+// (B, h, N, N)) when given.
+Tensor segment_mask(const Tensor& segment_ids, const Tensor& mask = {});
+// The ValueError of a variant that cannot take segment ids, with the reason.
+[[noreturn]] void reject_segment_ids(const std::string& variant, const char* why);
 
 // Inverted dropout on attention probabilities (train mode only).
 Tensor attention_dropout(const Tensor& p, double rate, bool training, Generator& gen);

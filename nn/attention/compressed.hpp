@@ -54,6 +54,10 @@ class CompressedAttention : public ProjectedAttention {
   // See the header comment: k/v projections and convolution inputs stay whole.
   std::shared_ptr<Attention> prune_heads(const std::vector<int64_t>& keep) const override;
   std::string spec() const override;
+  // Packed sequences: rejected, it takes key masks only (constant along N), and a segment mask varies along N.
+  AttentionResult forward_segments(const Tensor&, const Tensor&, const Tensor&, bool, bool) override {
+    reject_segment_ids("compressed", "it takes key masks only (constant along N), and a segment mask varies along N");
+  }
   std::string type_name() const override { return "CompressedAttention"; }
 
   CompressedConfig settings;  // kv_heads resolved (never 0 after construction)

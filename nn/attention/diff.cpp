@@ -75,6 +75,17 @@ Tensor DiffAttention::finish(const Tensor& o) const {
 
 AttentionResult DiffAttention::forward(const Tensor& x, const Tensor& context, const Tensor& mask, bool causal,
                                        bool need_weights) {
+  return forward_with(x, context, mask, causal, need_weights, {});
+}
+
+AttentionResult DiffAttention::forward_segments(const Tensor& x, const Tensor& segment_ids, const Tensor& mask, bool causal,
+                                         bool need_weights) {
+  if (need_weights) return Attention::forward_segments(x, segment_ids, mask, causal, true);  // the composed path
+  return forward_with(x, {}, mask, causal, false, segment_ids);
+}
+
+AttentionResult DiffAttention::forward_with(const Tensor& x, const Tensor& context, const Tensor& mask, bool causal,
+                                         bool need_weights, const Tensor& segment_ids) {
   const bool is_causal = causal || config.causal;
   const Tensor& c = check_inputs("diff", d_model_, x, context, is_causal);
   const int64_t h = config.heads, N = x.size(1), M = c.size(1);
@@ -88,7 +99,7 @@ AttentionResult DiffAttention::forward(const Tensor& x, const Tensor& context, c
     // dropout seed for both passes drops the same entries of both maps, i.e. dropout on the
     // difference map, as in the composed path below (its readable twin).
     check_mask(mask, N, M, "diff");
-    const TilePattern pattern = dense_tile_pattern(N, M, is_causal, mask);
+    const TilePattern pattern = dense_tile_pattern(N, M, is_causal, mask, segment_ids);
     TileOptions options;
     options.scale = scale;
     if (is_training() && config.attn_dropout > 0) options.dropout = config.attn_dropout, options.seed = gen.next_u64();

@@ -47,6 +47,12 @@ class DiffAttention : public Attention {
   Generator gen;                                             // lambda init, attention dropout
 
  private:
+  // Packed sequences on the fused kernel; need_weights takes the dense segment mask (composed path).
+  AttentionResult forward_segments(const Tensor& x, const Tensor& segment_ids, const Tensor& mask, bool causal,
+                                   bool need_weights) override;
+  // forward, with segment ids (B, N) passed to the fused kernel (self-attention, need_weights false).
+  AttentionResult forward_with(const Tensor& x, const Tensor& context, const Tensor& mask, bool causal, bool need_weights,
+                               const Tensor& segment_ids);
   // (B, T, h*2*dk) -> the two halves (B, h, T, dk) each, as views.
   std::pair<Tensor, Tensor> halves(const Tensor& t) const;
   // Difference head outputs o (B, h, T, dv) -> the layer output (B, T, D).

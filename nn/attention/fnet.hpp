@@ -22,6 +22,10 @@ class FNet : public Attention {
   // fnet has no heads: always a ValueError saying so.
   std::shared_ptr<Attention> prune_heads(const std::vector<int64_t>& keep) const override;
   std::string spec() const override { return "fnet()"; }
+  // Packed sequences: rejected, it takes no mask.
+  AttentionResult forward_segments(const Tensor&, const Tensor&, const Tensor&, bool, bool) override {
+    reject_segment_ids("fnet", "it takes no mask");
+  }
   std::string type_name() const override { return "FNet"; }
 };
 

@@ -380,6 +380,17 @@ std::vector<PatternPart> Longformer::parts(int64_t N, int64_t M, bool causal) co
 
 AttentionResult Longformer::forward(const Tensor& x, const Tensor& context, const Tensor& mask, bool causal,
                                     bool need_weights) {
+  return forward_with(x, context, mask, causal, need_weights, {});
+}
+
+AttentionResult Longformer::forward_segments(const Tensor& x, const Tensor& segment_ids, const Tensor& mask,
+                                             bool causal, bool need_weights) {
+  if (need_weights) return Attention::forward_segments(x, segment_ids, mask, causal, true);  // the composed twin
+  return forward_with(x, {}, mask, causal, false, segment_ids);
+}
+
+AttentionResult Longformer::forward_with(const Tensor& x, const Tensor& context, const Tensor& mask, bool causal,
+                                         bool need_weights, const Tensor& segment_ids) {
   const bool is_causal = causal || config.causal;
   const Tensor& c = check_inputs("longformer", d_model_, x, context, is_causal);
   const int64_t h = config.heads, N = x.size(1), M = c.size(1);
@@ -405,7 +416,7 @@ AttentionResult Longformer::forward(const Tensor& x, const Tensor& context, cons
       opt.dropout = config.attn_dropout;
       opt.seed = gen.next_u64();
     }
-    return {finish(attend_parts(ps, hd.q, hd.k, hd.v, mask, opt, "longformer")), {}};
+    return {finish(attend_parts(ps, hd.q, hd.k, hd.v, mask, opt, "longformer", segment_ids)), {}};
   }
 
   // The composed twin: the gathered-block core, which also densifies the probabilities.

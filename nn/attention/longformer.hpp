@@ -98,6 +98,14 @@ class Longformer : public ProjectedAttention {
   LongformerConfig options;
   std::shared_ptr<Linear> q_global, k_global, v_global;  // null unless separate_global
 
+ private:
+  // Packed sequences on the fused parts (global rows and keys included); need_weights takes the
+  // dense segment mask (the composed twin).
+  AttentionResult forward_segments(const Tensor& x, const Tensor& segment_ids, const Tensor& mask, bool causal,
+                                   bool need_weights) override;
+  AttentionResult forward_with(const Tensor& x, const Tensor& context, const Tensor& mask, bool causal, bool need_weights,
+                               const Tensor& segment_ids);
+
  protected:
   Tensor prune_tensor(const std::string& name, const Tensor& from, const Tensor& to,
                       const std::vector<int64_t>& keep) const override;

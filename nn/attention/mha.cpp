@@ -241,6 +241,17 @@ TileOptions MultiHeadAttention::tile_options(int64_t M) {
 
 AttentionResult MultiHeadAttention::forward(const Tensor& x, const Tensor& context, const Tensor& mask, bool causal,
                                             bool need_weights) {
+  return forward_with(x, context, mask, causal, need_weights, {});
+}
+
+AttentionResult MultiHeadAttention::forward_segments(const Tensor& x, const Tensor& segment_ids, const Tensor& mask,
+                                                     bool causal, bool need_weights) {
+  if (need_weights) return Attention::forward_segments(x, segment_ids, mask, causal, true);  // the composed path
+  return forward_with(x, {}, mask, causal, false, segment_ids);
+}
+
+AttentionResult MultiHeadAttention::forward_with(const Tensor& x, const Tensor& context, const Tensor& mask, bool causal,
+                                           bool need_weights, const Tensor& segment_ids) {
   const bool is_causal = causal || config.causal;
   const Tensor& c = check_inputs("mha", d_model_, x, context, is_causal);
   const int64_t N = x.size(1), M = c.size(1);
@@ -255,7 +266,7 @@ AttentionResult MultiHeadAttention::forward(const Tensor& x, const Tensor& conte
     // composed path below (the readable twin, and the one that can return the probabilities)
     // is what tests check it against.
     check_mask(mask, N, M, "mha");
-    TilePattern pattern = dense_tile_pattern(N, M, is_causal, mask);
+    TilePattern pattern = dense_tile_pattern(N, M, is_causal, mask, segment_ids);
     if (!options.kv_index.empty()) k = expand_kv(k), v = expand_kv(v);  // (B, h, M, dk|dv)
     Tensor o = tile_attention(q, k, v, pattern, tile_options(M)).out * head_scale(gate, head_mask);  // (B, h, N, dv)
     return {(*out_proj)(merge_heads(o)), Tensor()};

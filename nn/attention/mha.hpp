@@ -78,6 +78,12 @@ class MultiHeadAttention : public Attention {
   // scores, ALiBi, softcap, then the score function over the allowed entries.
   Tensor probabilities(const Tensor& q, const Tensor& k, const Tensor& allowed, int64_t q_offset) const;
   Tensor score_function(const Tensor& s, const Tensor& allowed) const;
+  // forward, with segment ids (B, N) passed to the fused kernel (self-attention, need_weights false).
+  AttentionResult forward_with(const Tensor& x, const Tensor& context, const Tensor& mask, bool causal, bool need_weights,
+                               const Tensor& segment_ids);
+  // Packed sequences on the fused kernel; need_weights takes the dense segment mask (composed path).
+  AttentionResult forward_segments(const Tensor& x, const Tensor& segment_ids, const Tensor& mask, bool causal,
+                                   bool need_weights) override;
   // The kernel's options for M keys (draws the dropout seed in train mode).
   TileOptions tile_options(int64_t M);
 };

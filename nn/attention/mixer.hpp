@@ -33,6 +33,10 @@ class Mixer : public Attention {
   // mixer has no heads: always a ValueError saying so.
   std::shared_ptr<Attention> prune_heads(const std::vector<int64_t>& keep) const override;
   std::string spec() const override;
+  // Packed sequences: rejected, it takes no mask.
+  AttentionResult forward_segments(const Tensor&, const Tensor&, const Tensor&, bool, bool) override {
+    reject_segment_ids("mixer", "it takes no mask");
+  }
   std::string type_name() const override { return "Mixer"; }
 
   int64_t max_len, hidden;

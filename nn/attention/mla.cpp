@@ -128,6 +128,17 @@ std::pair<Tensor, Tensor> LatentAttention::attend(const Tensor& q, const Tensor&
 
 AttentionResult LatentAttention::forward(const Tensor& x, const Tensor& context, const Tensor& mask, bool causal,
                                          bool need_weights) {
+  return forward_with(x, context, mask, causal, need_weights, {});
+}
+
+AttentionResult LatentAttention::forward_segments(const Tensor& x, const Tensor& segment_ids, const Tensor& mask, bool causal,
+                                         bool need_weights) {
+  if (need_weights) return Attention::forward_segments(x, segment_ids, mask, causal, true);  // the composed path
+  return forward_with(x, {}, mask, causal, false, segment_ids);
+}
+
+AttentionResult LatentAttention::forward_with(const Tensor& x, const Tensor& context, const Tensor& mask, bool causal,
+                                         bool need_weights, const Tensor& segment_ids) {
   const bool is_causal = causal || config.head.causal;
   const Tensor& src = check_inputs("mla", d_model_, x, context, is_causal);
   const int64_t N = x.size(1), M = src.size(1);
@@ -141,7 +152,7 @@ AttentionResult LatentAttention::forward(const Tensor& x, const Tensor& context,
     options.scale = scale();
     if (is_training() && config.head.attn_dropout > 0)
       options.dropout = config.head.attn_dropout, options.seed = gen.next_u64();
-    o = tile_attention(q, k, v, dense_tile_pattern(N, M, is_causal, mask), options).out;  // (B, h, N, dv)
+    o = tile_attention(q, k, v, dense_tile_pattern(N, M, is_causal, mask, segment_ids), options).out;  // (B, h, N, dv)
   } else {
     std::tie(o, p) = attend(q, k, v, allowed_mask(mask, N, M, is_causal, "mla"));
   }

@@ -70,6 +70,12 @@ class LatentAttention : public Attention {
   Generator gen;                           // attention dropout
 
  private:
+  // Packed sequences on the fused kernel; need_weights takes the dense segment mask (composed path).
+  AttentionResult forward_segments(const Tensor& x, const Tensor& segment_ids, const Tensor& mask, bool causal,
+                                   bool need_weights) override;
+  // forward, with segment ids (B, N) passed to the fused kernel (self-attention, need_weights false).
+  AttentionResult forward_with(const Tensor& x, const Tensor& context, const Tensor& mask, bool causal, bool need_weights,
+                               const Tensor& segment_ids);
   struct Latent {
     Tensor c;   // (B, M, r), normalised
     Tensor kr;  // (B, M, dr), rotated

@@ -82,7 +82,7 @@ int64_t positive(const Options& o, const char* name) {
 // ---- the parts and their merge ----
 
 Tensor attend_parts(std::vector<PatternPart>& parts, const Tensor& q, const Tensor& k, const Tensor& v,
-                    const Tensor& mask, TileOptions opt, const char* variant) {
+                    const Tensor& mask, TileOptions opt, const char* variant, const Tensor& segment_ids) {
   const int64_t B = q.size(0), h = q.size(1), N = q.size(2), dv = v.size(3);
   if (mask.defined()) {  // the kernel checks N and M; the batch and head dims are checked here, by name
     auto dim = [&](int d) { return mask.dim() >= d ? mask.size(-d) : 1; };
@@ -113,6 +113,7 @@ Tensor attend_parts(std::vector<PatternPart>& parts, const Tensor& q, const Tens
     part.pattern.q_pos = part.q_rows;
     part.pattern.k_pos = part.k_rows;
     part.pattern.mask = mask;
+    part.pattern.q_segments = part.pattern.k_segments = segment_ids;  // read at the raw positions
     opt.q_tile = opt.k_tile = part.tile;
     opt.need_lse = need_lse;
     return tile_attention(part.q.defined() ? part.q : gather(q, part.q_rows),
@@ -233,6 +234,17 @@ PatternAttention::PatternAttention(std::string variant, int64_t d_model, const H
 
 AttentionResult PatternAttention::forward(const Tensor& x, const Tensor& context, const Tensor& mask, bool causal,
                                           bool need_weights) {
+  return forward_with(x, context, mask, causal, need_weights, {});
+}
+
+AttentionResult PatternAttention::forward_segments(const Tensor& x, const Tensor& segment_ids, const Tensor& mask,
+                                                   bool causal, bool need_weights) {
+  if (need_weights) return Attention::forward_segments(x, segment_ids, mask, causal, true);  // densified anyway
+  return forward_with(x, {}, mask, causal, false, segment_ids);
+}
+
+AttentionResult PatternAttention::forward_with(const Tensor& x, const Tensor& context, const Tensor& mask, bool causal,
+                                               bool need_weights, const Tensor& segment_ids) {
   const char* name = variant().c_str();
   const bool is_causal = causal || config.causal;
   const Tensor& c = check_inputs(name, d_model_, x, context, is_causal);
@@ -246,7 +258,7 @@ AttentionResult PatternAttention::forward(const Tensor& x, const Tensor& context
     opt.dropout = config.attn_dropout;
     opt.seed = gen.next_u64();  // one draw per call; the same seed in every part keeps them one dropout
   }
-  Tensor o = attend_parts(ps, hd.q, hd.k, hd.v, mask, opt, name);  // (B, h, N, dv)
+  Tensor o = attend_parts(ps, hd.q, hd.k, hd.v, mask, opt, name, segment_ids);  // (B, h, N, dv)
 
   Tensor attention;
   if (need_weights) {  // densified, O(B h N M): for analysis on small inputs

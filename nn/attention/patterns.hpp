@@ -50,9 +50,10 @@ struct PatternPart {
 // options.dropout/seed are shared by the parts (the draws are keyed by raw (b, h, n, m), so the
 // parts together are one dropout). Parts that allow nothing are skipped; `alone` parts replace
 // their rows after the merge (checked: no other part gives those rows a key).
-// Returns (B, h, N, dv); rows no part allows are zero.
+// segment_ids (B, N), when given, limit each query to the keys of its segment (self-attention;
+// docs/attention.md, "Packed sequences"). Returns (B, h, N, dv); rows no part allows are zero.
 Tensor attend_parts(std::vector<PatternPart>& parts, const Tensor& q, const Tensor& k, const Tensor& v,
-                    const Tensor& mask, TileOptions options, const char* variant);
+                    const Tensor& mask, TileOptions options, const char* variant, const Tensor& segment_ids = {});
 
 // The dilated band |n - m| <= w d and (n - m) mod d == 0 (causal: also m <= n) for n < N queries
 // and m < M keys, without the keys in `skip_keys` (sorted, distinct, < M) and giving no key to
@@ -81,6 +82,13 @@ class PatternAttention : public ProjectedAttention {
   PatternAttention(std::string variant, int64_t d_model, const HeadConfig& config);
   // The variant's own options as "name=value, ..." for spec().
   virtual std::string own_options() const = 0;
+  // Packed sequences: the segment ids go to every part's tile_attention (no (N, N) mask).
+  AttentionResult forward_segments(const Tensor& x, const Tensor& segment_ids, const Tensor& mask, bool causal,
+                                   bool need_weights) override;
+
+ private:
+  AttentionResult forward_with(const Tensor& x, const Tensor& context, const Tensor& mask, bool causal, bool need_weights,
+                               const Tensor& segment_ids);
 };
 
 class LocalAttention : public PatternAttention {

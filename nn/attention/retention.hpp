@@ -59,6 +59,10 @@ class Retention : public Attention {
                           bool need_weights = false) override;
   std::shared_ptr<Attention> prune_heads(const std::vector<int64_t>& keep) const override;
   std::string spec() const override;
+  // Packed sequences: rejected, it takes key masks only (constant along N), and a segment mask varies along N.
+  AttentionResult forward_segments(const Tensor&, const Tensor&, const Tensor&, bool, bool) override {
+    reject_segment_ids("retention", "it takes key masks only (constant along N), and a segment mask varies along N");
+  }
   std::string type_name() const override { return "Retention"; }
   std::unique_ptr<AttentionCache> make_cache(int64_t batch, int64_t max_len) const override;
   Tensor forward_step(const Tensor& x_new, AttentionCache& cache) override;

@@ -38,6 +38,10 @@ class SinkhornAttention : public ProjectedAttention {
   AttentionResult forward(const Tensor& x, const Tensor& context = {}, const Tensor& mask = {}, bool causal = false,
                           bool need_weights = false) override;
   std::string spec() const override;
+  // Packed sequences: rejected, it takes key masks only (constant along N), and a segment mask varies along N.
+  AttentionResult forward_segments(const Tensor&, const Tensor&, const Tensor&, bool, bool) override {
+    reject_segment_ids("sinkhorn", "it takes key masks only (constant along N), and a segment mask varies along N");
+  }
   std::string type_name() const override { return "SinkhornAttention"; }
   // The sort matrix P (B, nb, nb) for x (B, N, D), N = nb * b.
   Tensor sort_matrix(const Tensor& x);

@@ -3,7 +3,7 @@
 // (tests/reference/mha_options_reference.py, which also documents the file layout). Each layer
 // is built from its spec string alone, loads the PyTorch weights strictly, and must reproduce
 // output, attention and every gradient in float64, through the composed path (need_weights)
-// and the fused one.
+// and the fused one; the packed_* case through forward_packed with its segment ids.
 #include <string>
 #include <vector>
 
@@ -19,7 +19,7 @@ const std::vector<std::string> kCases = {
     "kv_heads_cross_mask", "alibi_causal_3_heads",    "qk_norm_rope_mask",      "rope_causal_pad",
     "softcap_mask",        "sigmoid_bias_mask",       "softpick_mask",          "softpick_causal_eps",
     "sinks_mask",          "all_softmax_causal_gate", "all_softmax_cross_mask", "all_sigmoid_causal",
-    "all_softpick_mask",
+    "all_softpick_mask",   "packed_all_softmax_causal_mask",
 };
 
 const GoldenFile& golden() { return reference_file("mha_options_golden.safetensors"); }
@@ -50,4 +50,7 @@ TEST_CASE("mha options golden: every softmax option with sinks, multi-query, cro
 TEST_CASE("mha options golden: every option with sigmoid (default bias -log M), causal") { run_case("all_sigmoid_causal"); }
 TEST_CASE("mha options golden: every option with softpick, bias=false, query mask") { run_case("all_softpick_mask"); }
 
+TEST_CASE("mha options golden: packed sequences (segment ids) with every softmax option, causal, query mask") {
+  run_case("packed_all_softmax_causal_mask");
+}
 TEST_CASE("mha options golden: the file and this test name the same cases") { check_golden_cases(golden(), kCases); }

@@ -222,3 +222,93 @@ TEST_CASE("l0_penalty sums the gates of every layer") {
   double one = 1.0 / (1.0 + std::exp(-(2.0 - 0.33 * std::log(0.1 / 1.1))));
   CHECK(nn::l0_penalty(lm).item() == doctest::Approx(6 * one).epsilon(1e-6));
 }
+
+// ---- packed sequences (segment_ids) ----
+
+TEST_CASE("CausalLM with segment ids equals its documents run one by one; learned positions restart per segment") {
+  const std::vector<std::vector<int64_t>> docs = {{4, 7, 1}, {12}};
+  const Tensor ids = segments_of(docs);  // (2, 12)
+  for (const std::string positions : {"learned", "none"}) {
+    CAPTURE(positions);
+    nn::LMConfig c = lm_config(positions == "learned" ? "mha(heads=2)" : "mha(heads=2, rope=true)", 2, 11, 12);
+    c.positions = positions;
+    nn::CausalLM lm(c);
+    lm.to(kFloat64);
+    lm.eval();
+    Generator g(70);
+    Tensor tokens = randint(0, 11, {2, 12}, g);  // (B, N)
+    Tensor packed = lm.forward(tokens, ids);     // (B, N, V)
+    for (int64_t b = 0; b < 2; ++b) {
+      int64_t start = 0;
+      for (int64_t len : docs[b]) {
+        Tensor alone = lm.forward(narrow(narrow(tokens, 0, b, 1), 1, start, len));  // (1, len, V)
+        CHECK(allclose(narrow(narrow(packed, 0, b, 1), 1, start, len), alone, 1e-9, 1e-10));
+        start += len;
+      }
+    }
+    // row 1 is one document: the same as no segment ids; row 0 is not (its later documents see
+    // neither the earlier ones nor, with learned positions, positions past their own start)
+    Tensor plain = lm.forward(tokens);
+    CHECK(allclose(narrow(packed, 0, 1, 1), narrow(plain, 0, 1, 1), 1e-12, 1e-12));
+    CHECK_FALSE(allclose(narrow(narrow(packed, 0, 0, 1), 1, 4, 8), narrow(narrow(plain, 0, 0, 1), 1, 4, 8), 1e-6, 1e-6));
+  }
+}
+
+TEST_CASE("packed CausalLM trains: gradients reach pos_emb only at the positions the segments use") {
+  nn::CausalLM lm(lm_config("mha(heads=2)", 1, 9, 10));
+  Generator g(71);
+  Tensor tokens = randint(0, 9, {2, 8}, g);
+  Tensor loss = nn::cross_entropy(reshape(lm.forward(tokens, segments_of({{3, 5}, {2, 2, 4}})), {-1, 9}),
+                                  reshape(randint(0, 9, {2, 8}, g), {-1}));
+  loss.backward();
+  Tensor gp = lm.pos_emb->weight.grad();  // (max_len, D): rows 0..4 used (the longest segment has 5 tokens)
+  for (int64_t row = 0; row < 10; ++row) {
+    double norm = 0;
+    for (int64_t d = 0; d < 16; ++d) norm += std::abs(gp.at({row, d}));
+    CAPTURE(row);
+    if (row < 5) CHECK(norm > 0);
+    else CHECK(norm == 0);
+  }
+}
+
+TEST_CASE("TransformerBlock and EncoderClassifier with segment ids") {
+  nn::BlockConfig bc;
+  bc.d_model = 8;
+  bc.attention = "mha(heads=2)";
+  nn::TransformerBlock block(bc);
+  block.eval();
+  Generator g(72);
+  Tensor x = randn({2, 6, 8}, g);
+  const Tensor ids = segments_of({{2, 4}, {1, 5}});
+  CHECK(allclose(block.forward(x, {}, true, {}, {}, ids), block.forward(x, nn::segment_mask(ids), true)));
+  // CLS pooling: the CLS token joins the first segment, so the tokens of later segments cannot change the logits
+  nn::EncoderConfig ec;
+  ec.block = bc;
+  ec.vocab_size = 10, ec.max_len = 6, ec.num_classes = 3;
+  nn::EncoderClassifier enc(ec);
+  enc.eval();
+  Tensor a = from_vector<int64_t>({1, 2, 3, 4, 5, 6, 1, 2, 3, 4, 5, 6}, {2, 6});
+  Tensor b = from_vector<int64_t>({1, 2, 9, 9, 9, 9, 1, 8, 8, 8, 8, 8}, {2, 6});
+  CHECK(allclose(enc.forward(a, {}, ids), enc.forward(b, {}, ids)));
+  CHECK_FALSE(allclose(enc.forward(a), enc.forward(b)));
+}
+
+TEST_CASE("assemblies reject segment ids of the wrong shape or dtype, naming the tensor") {
+  nn::CausalLM lm(lm_config("mha(heads=2)", 1, 9, 10));
+  Tensor tokens = zeros({2, 5}, kInt64);
+  auto err = [](auto&& f) { return error_of(f); };
+  CHECK(err([&] { lm.forward(tokens, zeros({2, 5}, kFloat32)); }) ==
+        "CausalLM: segment_ids must be int64 (B=2, N=5), got dtype float32");
+  CHECK(err([&] { lm.forward(tokens, zeros({2, 4}, kInt64)); }) ==
+        "CausalLM: segment_ids must be (B=2, N=5), got shape (2,4)");
+  CHECK_THROWS_AS(lm.forward(tokens, zeros({2, 4}, kInt64)), ShapeError);
+  nn::EncoderConfig ec;
+  ec.block.d_model = 8;
+  ec.block.attention = "mha(heads=2)";
+  ec.vocab_size = 10, ec.max_len = 6;
+  nn::EncoderClassifier enc(ec);
+  CHECK_THROWS_AS(enc.forward(tokens, {}, zeros({2, 5}, kBool)), DTypeError);
+  // a variant that cannot take them says so
+  nn::CausalLM fnet(lm_config("linformer(heads=2, max_len=10)", 1, 9, 10));
+  CHECK(err([&] { fnet.forward(tokens, zeros({2, 5}, kInt64)); }).find("linformer: segment_ids") == 0);
+}

@@ -31,6 +31,11 @@ struct TempDir {
   void write(const std::string& name, const std::string& text) const { std::ofstream(path / name) << text; }
 };
 
+template <class F>
+bool contains_error(F&& f, const std::string& part) {
+  return error_of(f).find(part) != std::string::npos;
+}
+
 }  // namespace
 
 TEST_CASE("split rule: a fortune goes to validation iff its FNV-1a hash is 0 mod 10") {
@@ -155,6 +160,50 @@ TEST_CASE("lm_batch windows and next-token targets") {
   auto [sx, sy] = lm_batch(arange(0, 9), 3, 8, g);
   CHECK(sx.to_vector<int64_t>()[16] == 0);
   CHECK(sy.to_vector<int64_t>()[23] == 8);
+}
+
+TEST_CASE("lm_packed_batch: rows of whole documents from their first token, with segment ids") {
+  // token t is t; documents [0, 5), [5, 12), [12, 15), [15, 30)
+  Tensor tokens = arange(0, 30);
+  const std::vector<int64_t> docs = {0, 5, 12, 15};
+  const std::set<int64_t> starts(docs.begin(), docs.end());
+  Generator g(4);
+  PackedBatch p = lm_packed_batch(tokens, docs, 32, 16, g);
+  REQUIRE(p.inputs.shape() == Dims{32, 16});
+  REQUIRE(p.targets.shape() == Dims{32, 16});
+  REQUIRE(p.segment_ids.shape() == Dims{32, 16});
+  auto x = p.inputs.to_vector<int64_t>(), y = p.targets.to_vector<int64_t>(), s = p.segment_ids.to_vector<int64_t>();
+  std::set<int64_t> firsts;
+  int64_t boundaries = 0;
+  for (int64_t b = 0; b < 32; ++b) {
+    CHECK(s[b * 16] == 0);
+    CHECK(starts.count(x[b * 16]) == 1);  // a row starts at a document start
+    firsts.insert(x[b * 16]);
+    for (int64_t n = 0; n < 16; ++n) {
+      if (n + 1 < 16) CHECK(y[b * 16 + n] == x[b * 16 + n + 1]);  // next-token targets
+      if (n == 0) continue;
+      const int64_t i = b * 16 + n;
+      if (s[i] == s[i - 1]) {
+        CHECK(x[i] == x[i - 1] + 1);  // inside a document the tokens run on
+        CHECK(starts.count(x[i]) == 0);
+      } else {
+        ++boundaries;
+        CHECK(s[i] == s[i - 1] + 1);
+        CHECK(starts.count(x[i]) == 1);  // a new segment starts a new document from its first token
+        CHECK((starts.count(x[i - 1] + 1) == 1 || x[i - 1] == 29));  // after the whole previous one
+      }
+    }
+  }
+  CHECK(firsts.size() == 4);
+  CHECK(boundaries > 32);
+  Generator g2(4);
+  CHECK(lm_packed_batch(tokens, docs, 32, 16, g2).inputs.to_vector<int64_t>() == x);
+  // the real corpus keeps one start per fortune
+  TextCorpus c = load_fortunes("char");
+  CHECK(c.train_docs.size() > 100);
+  CHECK(c.train_docs[0] == 0);
+  CHECK(c.decode(narrow(c.train, 0, c.train_docs[1] - 1, 1)) == "\n");  // a fortune ends its last line
+  CHECK(contains_error([&] { lm_packed_batch(tokens, {3, 10}, 2, 4, g); }, "document starts ascending from 0"));
 }
 
 TEST_CASE("text errors") {

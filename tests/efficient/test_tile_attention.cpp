@@ -2,12 +2,14 @@
 // random patterns with exclusions, gathered positions and broadcast masks, ragged tiles, empty
 // rows, lse as an output, dropout, float32, strided inputs, gradcheck, and bad patterns; and the
 // options of current models (grouped kv heads, ALiBi, softcap, sinks, sigmoid, softpick), alone and
-// together.
+// together; and segment ids (packed sequences): against the twin and the dense segment mask, at
+// gathered positions, gradcheck, the tile pairs skipped, and bad ids.
 #include <algorithm>
 #include <numeric>
 #include <random>
 
 #include "helpers.hpp"
+#include "nn/attention/attention.hpp"
 #include "nn/attention/kernels/tile_attention.hpp"
 
 using namespace attnlab;
@@ -441,4 +443,127 @@ TEST_CASE("tile_attention with grouped kv heads and every option does not depend
     CHECK(allclose(one.dv, many.dv, 0, 0));
     if (o.sinks.defined()) CHECK(allclose(one.dsinks, many.dsinks, 0, 0));
   }
+}
+
+// ---- packed sequences: segment ids in the pattern ----
+
+TEST_CASE("tile_attention with segment ids equals the twin and the kernel given the dense segment mask") {
+  const int64_t B = 2, H = 4, N = 37, dk = 5, dv = 3;
+  const Tensor ids = segments_of({{9, 1, 20, 7}, {30, 7}});  // (B, N)
+  for (DType dt : {kFloat64, kFloat32}) {
+    const double tol = dt == kFloat64 ? 1e-10 : 2e-4;
+    for (const std::string name : {"none", "all", "all_sigmoid", "all_softpick"})
+      for (bool causal : {false, true})
+        for (bool user_mask : {false, true}) {
+          CAPTURE(dtype_name(dt));
+          CAPTURE(name);
+          CAPTURE(causal);
+          CAPTURE(user_mask);
+          Generator g(40);
+          TileOptions o;
+          o.q_tile = 8, o.k_tile = 4;
+          const int64_t G = name == "none" ? H : set_options(name, o, g, dt);
+          o.need_lse = o.score == nn::TileScore::Softmax;
+          Tensor q = randn({B, H, N, dk}, g, dt), k = randn({B, G, N, dk}, g, dt), v = randn({B, G, N, dv}, g, dt);
+          Tensor go = randn({B, H, N, dv}, g, dt), gl = randn({B, H, N}, g, dt);
+          const Tensor mask = user_mask ? random_mask({B, 1, N, N}, 41) : Tensor();
+          const TilePattern p = nn::dense_tile_pattern(N, N, causal, mask, ids);
+          const TilePattern dense = nn::dense_tile_pattern(N, N, causal, nn::segment_mask(ids, mask));
+          auto fast = run_options(false, q, k, v, p, o, go, gl);
+          auto slow = run_options(true, q, k, v, p, o, go, gl);
+          auto masked = run_options(false, q, k, v, dense, o, go, gl);
+          for (const OptionGrads* other : {&slow, &masked}) {
+            CHECK(allclose(fast.out, other->out, tol, tol));
+            if (o.need_lse) CHECK(allclose(fast.lse, other->lse, tol, tol));
+            CHECK(allclose(fast.dq, other->dq, tol, tol));
+            CHECK(allclose(fast.dk, other->dk, tol, tol));
+            CHECK(allclose(fast.dv, other->dv, tol, tol));
+            if (o.sinks.defined()) CHECK(allclose(fast.dsinks, other->dsinks, tol, tol));
+          }
+        }
+  }
+}
+
+TEST_CASE("tile_attention segment ids are read at the raw positions q_pos and k_pos") {
+  const int64_t N = 23, M = 19;
+  Generator g(42);
+  TilePattern p = random_pattern(N, M, 43, true, true);  // positions permuted
+  p.q_segments = segments_of({{5, 10, 8}, {23}});
+  p.k_segments = segments_of({{4, 4, 11}, {19}});
+  p.mask = random_mask({2, 1, N, M}, 44);
+  TileOptions o;
+  o.q_tile = 4, o.k_tile = 3, o.need_lse = true;
+  Tensor q = randn({2, 2, N, 4}, g, kFloat64), k = randn({2, 2, M, 4}, g, kFloat64), v = randn({2, 2, M, 3}, g, kFloat64);
+  Tensor go = randn({2, 2, N, 3}, g, kFloat64), gl = randn({2, 2, N}, g, kFloat64);
+  check_same(run(false, q, k, v, p, o, go, gl), run(true, q, k, v, p, o, go, gl), 1e-10, 1e-12, true);
+  // the dense pattern: entry (i, j) needs equal ids at (q_pos[i], k_pos[j])
+  Tensor allowed = nn::tile_pattern_dense(p, N, M, 2, 2);  // (2, 1, N, M)
+  const Tensor qs = p.q_segments, ks = p.k_segments;
+  int64_t crossing = 0;
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t i = 0; i < N; ++i)
+      for (int64_t j = 0; j < M; ++j)
+        if (qs.at({b, p.q_pos[i]}) != ks.at({b, p.k_pos[j]})) {
+          ++crossing;
+          CHECK(allowed.at({b, 0, i, j}) == 0.0);
+        }
+  CHECK(crossing > 0);
+}
+
+TEST_CASE("tile_attention gradcheck with segment ids: causal, a user mask, sinks") {
+  const int64_t N = 9;
+  Tensor q = leaf64({2, 2, N, 3}, 45), k = leaf64({2, 2, N, 3}, 46), v = leaf64({2, 2, N, 2}, 47);
+  Generator g(48);
+  TileOptions o;
+  o.q_tile = 2, o.k_tile = 3;
+  o.sinks = clone(randn({2}, g, kFloat64)).requires_grad_();
+  const TilePattern p = nn::dense_tile_pattern(N, N, true, random_mask({2, 1, N, N}, 49, 0.8), segments_of({{4, 5}, {2, 3, 4}}));
+  auto r = gradcheck(
+      [&](const std::vector<Tensor>& in) {
+        TileOptions oi = o;
+        oi.sinks = in[3];
+        return nn::tile_attention(in[0], in[1], in[2], p, oi).out;
+      },
+      {q, k, v, o.sinks});
+  CHECK_MESSAGE(r.ok, r.message);
+}
+
+TEST_CASE("tile_attention skips the tile pairs whose segment ids do not meet") {
+  const int64_t B = 2, H = 3, N = 64;
+  Generator g(50);
+  Tensor q = randn({B, H, N, 4}, g, kFloat64), k = randn({B, H, N, 4}, g, kFloat64), v = randn({B, H, N, 4}, g, kFloat64);
+  TileOptions o;
+  o.q_tile = o.k_tile = 16;
+  auto blocks = [&](const TilePattern& p) {
+    const int64_t before = nn::tile_attention_forward_blocks();
+    nn::tile_attention(q, k, v, p, o);
+    return nn::tile_attention_forward_blocks() - before;
+  };
+  // four documents of 16 tokens, each exactly one tile: only the 4 diagonal pairs of 16 are computed
+  const Tensor four = segments_of({{16, 16, 16, 16}, {16, 16, 16, 16}});
+  CHECK(blocks(nn::dense_tile_pattern(N, N, false, {})) == B * H * 16);
+  CHECK(blocks(nn::dense_tile_pattern(N, N, false, {}, four)) == B * H * 4);
+  CHECK(blocks(nn::dense_tile_pattern(N, N, true, {}, four)) == B * H * 4);
+  // documents across tile bounds: row 0 has 8 + 32 + 24 tokens, so its query tiles hold ids {0, 1}, {1},
+  // {1, 2}, {2} and meet 3, 3, 4, 2 key tiles; row 1 is one document (all 16 pairs)
+  const Tensor mixed = segments_of({{8, 32, 24}, {64}});
+  CHECK(blocks(nn::dense_tile_pattern(N, N, false, {}, mixed)) == H * (3 + 3 + 4 + 2) + H * 16);
+  // and the dense segment mask computes every pair, for the same result
+  CHECK(allclose(nn::tile_attention(q, k, v, nn::dense_tile_pattern(N, N, false, {}, mixed), o).out,
+                 nn::tile_attention(q, k, v, nn::dense_tile_pattern(N, N, false, nn::segment_mask(mixed)), o).out,
+                 1e-12, 1e-12));
+}
+
+TEST_CASE("tile_attention segment id errors") {
+  Generator g(51);
+  Tensor q = randn({2, 1, 5, 2}, g, kFloat64), k = randn({2, 1, 5, 2}, g, kFloat64);
+  TilePattern p = nn::dense_tile_pattern(5, 5, false, {});
+  p.q_segments = zeros({2, 5}, kInt64);
+  CHECK(contains(error_of([&] { nn::tile_attention(q, k, k, p); }), "given together"));
+  p.k_segments = zeros({2, 5}, kFloat32);
+  CHECK(contains(error_of([&] { nn::tile_attention(q, k, k, p); }), "pattern.k_segments must be int64, got float32"));
+  p.k_segments = zeros({1, 5}, kInt64);
+  CHECK(contains(error_of([&] { nn::tile_attention(q, k, k, p); }), "pattern.k_segments must be (B=2, 5) segment ids, got (1,5)"));
+  p.k_segments = zeros({2, 4}, kInt64);
+  CHECK_THROWS_AS(nn::tile_attention(q, k, k, p), ShapeError);
 }

@@ -17,6 +17,11 @@ tests/attention/test_mha_options_golden.cpp reads the file this script writes:
 The file's layout is golden_common.py's. The layer is called in eval mode with causal=false
 (causality comes from the spec). A query row with no allowed key gives zero probabilities and a
 zero head output for every score function.
+
+Packed sequences (docs/attention.md, "Packed sequences"): a case named packed_* also holds
+"segment_ids" (B, N) int64; the module then allows key m for query n only when
+ids[b, n] == ids[b, m] (besides causality and the mask), with positions (RoPE, ALiBi) still
+0..N-1 along the row, and the test calls forward_packed with the ids.
 """
 import math
 import os
@@ -25,6 +30,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import golden_common as gc  # noqa: E402  (re-runs this script under /usr/bin/python3 if needed)
 from golden_common import Heads, masked_softmax, split_heads  # noqa: E402
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn as tnn  # noqa: E402
 
@@ -74,6 +80,7 @@ class OptionsMHA(Heads):
         self.causal, self.alibi, self.qk_norm, self.softcap = causal, alibi, qk_norm, softcap
         self.score, self.sigmoid_bias, self.softpick_eps = score, sigmoid_bias, softpick_eps
         self.rope, self.rope_base = rope, rope_base
+        self.segment_ids = None  # (B, N) int64 for packed sequences, or None
 
     def probabilities(self, s, allowed):
         """The score function of s (B, h, N, M) over the allowed entries (bool, broadcastable)."""
@@ -117,6 +124,9 @@ class OptionsMHA(Heads):
             allowed = allowed & (m <= n)
         if mask is not None:
             allowed = allowed & mask
+        if self.segment_ids is not None:
+            ids = self.segment_ids
+            allowed = allowed & (ids[:, None, :, None] == ids[:, None, None, :])  # (B, 1, N, N)
         p = self.probabilities(s, allowed)
         return self.finish(p @ v), p
 
@@ -160,7 +170,13 @@ CASES = {
                            lambda: OptionsMHA(D, 4, 2, score="sigmoid", causal=True, **ALL), 5, None, None),
     "all_softpick_mask": ("mha(heads=4, kv_heads=2, %s, score=softpick, bias=false)" % ALL_SPEC,
                           lambda: OptionsMHA(D, 4, 2, score="softpick", bias=False, **ALL), 5, None, query_mask),
+    "packed_all_softmax_causal_mask": ("mha(heads=2, kv_heads=1, %s, sinks=true, causal=true)" % ALL_SPEC,
+                                       lambda: OptionsMHA(D, 2, 1, sinks=True, causal=True, **ALL), 6, None,
+                                       query_mask),
 }
+
+# packed_* cases: row 0 holds three documents, row 1 two.
+SEGMENT_IDS = np.array([[0, 0, 1, 1, 2, 2], [0, 0, 1, 1, 1, 1]], dtype=np.int64)
 
 
 def run_case(name, factory, n, m, mask_fn):
@@ -173,7 +189,12 @@ def run_case(name, factory, n, m, mask_fn):
         if mask_fn is query_mask:  # batch 1's query row 1 allows nothing: zero probabilities
             assert torch.equal(att[1, :, 1], torch.zeros_like(att[1, :, 1]))
 
-    return gc.forward_case(name, model, rng, (B, n, D), m, mask_fn, (n, m or n), check)
+    if not name.startswith("packed_"):
+        return gc.forward_case(name, model, rng, (B, n, D), m, mask_fn, (n, m or n), check)
+    model.segment_ids = torch.from_numpy(SEGMENT_IDS)
+    tensors = gc.forward_case(name, model, rng, (B, n, D), m, mask_fn, (n, m or n), check)
+    tensors[name + "/segment_ids"] = SEGMENT_IDS
+    return tensors
 
 
 def main():

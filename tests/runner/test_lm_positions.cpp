@@ -1,5 +1,6 @@
 // The lm experiment's length-extrapolation keys: model.positions (learned | none) and
-// eval.context (the final val_bpc on longer windows, reported as val_bpc_long).
+// eval.context (the final val_bpc on longer windows, reported as val_bpc_long); and task.pack
+// (packed training rows).
 #include "catalog_run.hpp"
 #include "experiments/catalog/models.hpp"
 #include "helpers.hpp"
@@ -72,4 +73,19 @@ TEST_CASE("lm: bad model.positions and eval.context values are errors naming the
   CHECK(tiny_lm(d, {"model.positions=none", "eval.context=100000000"}, &console) != 0);
   CHECK(console.find("eval.context = 100000000 (from --set) needs more than the") != std::string::npos);
   for (const auto& dir : {a, b, c, d}) std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("lm task.pack = true trains on packed rows (learned positions restart per fortune)") {
+  const auto dir = fresh_run_dir("lm_positions", "packed");
+  std::string console;
+  REQUIRE_MESSAGE(tiny_lm(dir, {"task.pack=true"}, &console) == 0, console);
+  CHECK(console.find("packed rows") != std::string::npos);
+  auto m = summary_metrics(dir);
+  const double packed = m["val_bpc"].get<double>();
+  CHECK(std::isfinite(packed));
+  const auto plain = fresh_run_dir("lm_positions", "windows");
+  REQUIRE(tiny_lm(plain, {}) == 0);
+  CHECK(summary_metrics(plain)["val_bpc"].get<double>() != packed);  // other training batches
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove_all(plain);
 }

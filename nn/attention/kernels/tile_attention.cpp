@@ -10,6 +10,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -35,6 +36,11 @@ struct Plan {
   std::vector<int64_t> k2q_off, k2q;      // CSR: the query tiles of key tile kt (the transposed list)
   Tensor mask;                            // 4-d view (B|1, h|1, n_raw|1, m_raw|1), or undefined
   int64_t ms[4] = {0, 0, 0, 0};           // its strides, 0 along broadcast dims
+  // Segment ids at the kernel's rows, per batch row b (empty without segments), and their
+  // smallest and largest value in each query tile and key tile.
+  std::vector<int64_t> qseg, kseg;        // (B N), (B M): ids of row i, key j at b N + i, b M + j
+  std::vector<int64_t> qseg_lo, qseg_hi;  // (B nq)
+  std::vector<int64_t> kseg_lo, kseg_hi;  // (B nk)
 
   int64_t qpos(int64_t i) const { return q_pos.empty() ? i : q_pos[i]; }
   int64_t kpos(int64_t j) const { return k_pos.empty() ? j : k_pos[j]; }
@@ -43,7 +49,37 @@ struct Plan {
   std::pair<int64_t, int64_t> cols(int64_t t, int64_t kt) const {
     return {std::max(kt * TK, tile_lo[t]), std::min((kt + 1) * TK, tile_hi[t])};
   }
+  bool has_seg() const { return !qseg.empty(); }
+  // In batch row b, query tile t and key tile kt share no segment id: every entry is disallowed.
+  bool skip(int64_t b, int64_t t, int64_t kt) const {
+    return has_seg() && (qseg_hi[b * nq + t] < kseg_lo[b * nk + kt] || kseg_hi[b * nk + kt] < qseg_lo[b * nq + t]);
+  }
 };
+
+std::atomic<int64_t> forward_blocks{0};
+
+// The segment ids of `ids` (B, >= rows) at `pos` (or 0..n-1), (B n), and their min and max per tile of `tile` rows.
+void read_segments(const Tensor& ids, const char* name, int64_t B, int64_t n, const std::vector<int64_t>& pos,
+                   int64_t rows, int64_t tile, std::vector<int64_t>& seg, std::vector<int64_t>& lo,
+                   std::vector<int64_t>& hi) {
+  if (ids.dtype() != kInt64)
+    fail<DTypeError>("tile_attention: pattern.{} must be int64, got {}", name, dtype_name(ids.dtype()));
+  if (ids.dim() != 2 || ids.size(0) != B || ids.size(1) < rows)
+    fail<ShapeError>("tile_attention: pattern.{} must be (B={}, {}) segment ids, got {}", name, B, rows,
+                     to_string(ids.shape()));
+  const Tensor c = tk::contiguous(ids);
+  const int64_t* p = c.data<int64_t>();
+  const int64_t tiles = (n + tile - 1) / tile;
+  seg.resize(B * n);
+  lo.assign(B * tiles, std::numeric_limits<int64_t>::max());
+  hi.assign(B * tiles, std::numeric_limits<int64_t>::min());
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t s = p[b * c.size(1) + (pos.empty() ? i : pos[i])], t = b * tiles + i / tile;
+      seg[b * n + i] = s;
+      lo[t] = std::min(lo[t], s), hi[t] = std::max(hi[t], s);
+    }
+}
 
 int64_t max_of(const std::vector<int64_t>& v) {
   int64_t m = -1;
@@ -101,6 +137,14 @@ std::shared_ptr<const Plan> make_plan(const TilePattern& p, int64_t B, int64_t H
                        B, H, rows, cols);
     P.mask = m.as_strided(shape, strides, m.offset());
     for (int d = 0; d < 4; ++d) P.ms[d] = strides[d];
+  }
+  if (p.q_segments.defined() != p.k_segments.defined())
+    fail<ValueError>("tile_attention: pattern.q_segments and pattern.k_segments must be given together");
+  if (p.q_segments.defined()) {
+    read_segments(p.q_segments, "q_segments", B, N, P.q_pos, qmax >= 0 ? qmax + 1 : N, P.TQ, P.qseg, P.qseg_lo,
+                  P.qseg_hi);
+    read_segments(p.k_segments, "k_segments", B, M, P.k_pos, kmax >= 0 ? kmax + 1 : M, P.TK, P.kseg, P.kseg_lo,
+                  P.kseg_hi);
   }
 
   // Query tile t touches keys [min lo, max hi) over its non-empty rows, cut at key-tile bounds;
@@ -243,6 +287,12 @@ struct Ctx {
         for (int64_t j = a; j < e; ++j)
           if (!mrow[p.kpos(j0 + j) * p.ms[3]]) row[j] = kNegInf<T>;
       }
+      if (p.has_seg()) {
+        const int64_t s = p.qseg[b * p.N + i];
+        const int64_t* ks = p.kseg.data() + b * p.M + j0;
+        for (int64_t j = a; j < e; ++j)
+          if (ks[j] != s) row[j] = kNegInf<T>;
+      }
     }
   }
 
@@ -298,6 +348,7 @@ void forward_pass(const Ctx<T>& x) {
     T* const acc = thread_scratch<T>(1, P.TQ * dv);  // (TQ, dv) running numerator
     T* const mrun = thread_scratch<T>(2, P.TQ);      // (TQ) running max
     T* const lrun = thread_scratch<T>(3, P.TQ);      // (TQ) running normaliser
+    int64_t blocks = 0;                              // computed (query tile, key tile) pairs, for tests
     for (int64_t task = t0; task < t1; ++task) {
       const int64_t b = task / (x.H * per_bh), h = task / per_bh % x.H, t = task % per_bh;
       const int64_t i0 = t * P.TQ, r = std::min(P.TQ, P.N - i0);
@@ -307,6 +358,8 @@ void forward_pass(const Ctx<T>& x) {
       std::fill(mrun, mrun + P.TQ, x.softpick ? T(0) : x.sinks.empty() ? kNegInf<T> : x.sinks[h]);
       std::fill(lrun, lrun + P.TQ, x.sinks.empty() ? T(0) : T(1));
       for (int64_t e = P.q2k_off[t]; e < P.q2k_off[t + 1]; ++e) {
+        if (P.skip(b, t, P.q2k[e])) continue;  // no shared segment: every entry disallowed
+        ++blocks;
         auto [j0, j1] = P.cols(t, P.q2k[e]);
         const int64_t c = j1 - j0;
         x.scores(S, nullptr, b, h, i0, r, j0, c);  // (r, c)
@@ -379,6 +432,7 @@ void forward_pass(const Ctx<T>& x) {
         }
       }
     }
+    forward_blocks += blocks;
   });
 }
 
@@ -426,6 +480,7 @@ void backward_pass(const Ctx<T>& x, const Rows<T>& dO, const T* D, const Rows<T>
   //   softpick: see softpick_grad), times F with softcap;  gq (r, dk) += dS K_c;  gk (c, dk) += dS^T Q_t
   // for whichever of gq, gk, gv is given (rows of width dk, dv, dk; unscaled).
   auto pair = [&](Scratch& s, int64_t b, int64_t h, int64_t t, int64_t kt, T* gq, T* gk, T* gv) {
+    if (P.skip(b, t, kt)) return;  // no shared segment: every entry disallowed, nothing to add
     const int64_t i0 = t * P.TQ, r = std::min(P.TQ, N - i0), hk = x.kv(h);
     auto [j0, j1] = P.cols(t, kt);
     const int64_t c = j1 - j0;
@@ -665,8 +720,11 @@ TileAttentionResult tile_attention(const Tensor& q0, const Tensor& k0, const Ten
   return out;
 }
 
-TilePattern dense_tile_pattern(int64_t n, int64_t m, bool causal, const Tensor& mask) {
+int64_t tile_attention_forward_blocks() { return forward_blocks.load(); }
+
+TilePattern dense_tile_pattern(int64_t n, int64_t m, bool causal, const Tensor& mask, const Tensor& segment_ids) {
   TilePattern pattern;
+  pattern.q_segments = pattern.k_segments = segment_ids;
   pattern.lo.assign(n, 0);
   pattern.hi.resize(n);
   for (int64_t i = 0; i < n; ++i) pattern.hi[i] = causal ? std::min(i + 1, m) : m;
@@ -677,7 +735,8 @@ TilePattern dense_tile_pattern(int64_t n, int64_t m, bool causal, const Tensor& 
 Tensor tile_pattern_dense(const TilePattern& p, int64_t n, int64_t m, int64_t batch, int64_t heads) {
   auto plan = make_plan(p, batch, heads, n, m, TileOptions{});
   const Plan& P = *plan;
-  const int64_t Bm = P.mask.defined() ? P.mask.size(0) : 1, Hm = P.mask.defined() ? P.mask.size(1) : 1;
+  const int64_t Bm = P.has_seg() ? batch : P.mask.defined() ? P.mask.size(0) : 1;
+  const int64_t Hm = P.mask.defined() ? P.mask.size(1) : 1;
   Tensor out = zeros({Bm, Hm, n, m}, kBool);  // (B|1, h|1, N, M)
   bool* po = out.data<bool>();
   const bool* pm = P.mask.defined() ? static_cast<const bool*>(P.mask.raw_data()) : nullptr;
@@ -688,6 +747,7 @@ Tensor tile_pattern_dense(const TilePattern& p, int64_t n, int64_t m, int64_t ba
           bool ok = j >= P.lo[i] && j < P.hi[i];
           if (P.has_ex()) ok = ok && !(j >= P.ex_lo[i] && j < P.ex_hi[i]);
           if (pm) ok = ok && pm[b * P.ms[0] + h * P.ms[1] + P.qpos(i) * P.ms[2] + P.kpos(j) * P.ms[3]];
+          if (P.has_seg()) ok = ok && P.qseg[b * n + i] == P.kseg[b * m + j];
           po[((b * Hm + h) * n + i) * m + j] = ok;
         }
   return out;

@@ -31,7 +31,9 @@
 //
 // The pattern is data, not code: query row i may attend key rows [lo[i], hi[i]) minus
 // [ex_lo[i], ex_hi[i]), and the user's bool mask read at the raw positions (q_pos[i], k_pos[j])
-// through its broadcast strides. Causality is folded into hi by whoever builds the pattern.
+// through its broadcast strides, and with segment ids (packed sequences) only keys whose id equals
+// the query's, per batch row; a tile pair whose id ranges do not meet is skipped (docs/attention.md,
+// "Packed sequences"). Causality is folded into hi by whoever builds the pattern.
 // Patterns that are not contiguous bands are made so by gathering rows (index_select) before
 // the call; parts with different key sets are merged exactly by their log-sum-exps, which the
 // op can return as a differentiable output (need_lse).
@@ -53,11 +55,17 @@ struct TilePattern {
   std::vector<int64_t> q_pos;         // (N) or empty (= i): the raw position n of row i
   std::vector<int64_t> k_pos;         // (M) or empty (= j): the raw position m of key row j
   Tensor mask;  // bool, broadcastable to (B, h, n_raw, m_raw), true = may attend; read at (q_pos, k_pos)
+  // Packed sequences (docs/attention.md, "Packed sequences"): int64 (B, n_raw) and (B, m_raw) segment
+  // ids, both defined or both undefined; entry (i, j) of batch row b is allowed only when
+  // q_segments[b, q_pos[i]] == k_segments[b, k_pos[j]]. A (query tile, key tile) pair whose id
+  // ranges do not meet in batch row b is skipped, so no (N, M) mask is ever built.
+  Tensor q_segments, k_segments;
 };
 
 // Every key for every query (keys m <= n when causal), with the user's mask: the pattern of
 // plain softmax attention (the fused paths of mha and mla).
-TilePattern dense_tile_pattern(int64_t n, int64_t m, bool causal, const Tensor& mask);
+// segment_ids (B, n), when given, become both q_segments and k_segments (self-attention).
+TilePattern dense_tile_pattern(int64_t n, int64_t m, bool causal, const Tensor& mask, const Tensor& segment_ids = {});
 
 enum class TileScore { Softmax, Sigmoid, Softpick };
 
@@ -95,9 +103,14 @@ TileAttentionResult tile_attention(const Tensor& q, const Tensor& k, const Tenso
 TileAttentionResult tile_attention_reference(const Tensor& q, const Tensor& k, const Tensor& v,
                                              const TilePattern& pattern, const TileOptions& options = {});
 
-// The pattern (and its mask) as a dense bool tensor (B|1, h|1, N, M) in kernel coordinates, by
-// plain loops. `batch`, `heads` are the sizes the mask is broadcast against.
+// The pattern (and its mask and segment ids) as a dense bool tensor (B|1, h|1, N, M) in kernel
+// coordinates, by plain loops. `batch`, `heads` are the sizes the mask is broadcast against.
 Tensor tile_pattern_dense(const TilePattern& pattern, int64_t n, int64_t m, int64_t batch, int64_t heads);
+
+// The number of (batch row, head, query tile, key tile) blocks that tile_attention's forward passes
+// have computed since the program started: tests read it before and after a call to check that
+// tiles across segments are skipped.
+int64_t tile_attention_forward_blocks();
 
 // The attention-dropout draw: whether element (b, h, n, m) (raw positions) survives at `rate`.
 // A counter-based hash, so backward recomputes exactly the forward's draws without storing them.
