@@ -210,9 +210,12 @@ Tensor MultiHeadAttention::score_function(const Tensor& s, const Tensor& allowed
 
 Tensor MultiHeadAttention::probabilities(const Tensor& q, const Tensor& k, const Tensor& allowed,
                                          int64_t q_offset) const {
-  const int64_t h = q.size(1), N = q.size(2), M = k.size(2);
+  const int64_t B = q.size(0), h = q.size(1), N = q.size(2), M = k.size(2), g = k.size(1);
   const double scale = 1.0 / std::sqrt(double(config.key_size));
-  Tensor s = matmul(q * scale, transpose(k, -2, -1));  // (B, h, N, M)
+  // Query head i scores against key head i / (h/g): the h/g heads of a group are consecutive, so
+  // they are one (h/g) N-row operand against their key head, with no copy of k (g = h: plain).
+  Tensor qg = reshape(q * scale, {B, g, (h / g) * N, q.size(3)});                // (B, g, (h/g) N, dk)
+  Tensor s = reshape(matmul(qg, transpose(k, -2, -1)), {B, h, N, M});             // (B, h, N, M)
   if (options.alibi) {
     // -slope_i |n - m| at raw positions; with causal the allowed entries have m <= n.
     const std::vector<double> sl = slopes();
@@ -292,12 +295,12 @@ Tensor MultiHeadAttention::forward_step(const Tensor& x_new, AttentionCache& cac
   write_rows(c.v, 2, c.length, split_heads((*v_proj)(x_new), options.kv_heads));
   Tensor k = narrow(c.k, 2, 0, L), v = narrow(c.v, 2, 0, L);           // (B, g, L, dk|dv), views of the cache
   if (!options.kv_index.empty()) k = expand_kv(k), v = expand_kv(v);  // unequal groups: (B, h, L, dk|dv)
-  // The fused kernel, as forward: query t sits at position length + t and sees keys [0, length + t],
-  // grouped heads are read in place (no copy of the cache to h heads), ALiBi reads the raw positions.
-  TilePattern pattern = dense_tile_pattern(T, L, false, {});
-  pattern.q_pos.resize(T);
-  for (int64_t t = 0; t < T; ++t) pattern.hi[t] = c.length + t + 1, pattern.q_pos[t] = c.length + t;
-  Tensor o = tile_attention(q, k, v, pattern, tile_options(L)).out * head_scale(gate, head_mask);  // (B, h, T, dv)
+  // Grouped heads are read in place: each group's queries are one operand against its cached key
+  // and value head (no copy of the cache to h heads per step).
+  const int64_t B = q.size(0), h = config.heads, g = k.size(1);
+  Tensor p = probabilities(q, k, step_causal_mask(T, c.length), c.length);         // (B, h, T, L)
+  Tensor o = reshape(matmul(reshape(p, {B, g, (h / g) * T, L}), v), {B, h, T, -1});  // (B, h, T, dv)
+  o = o * head_scale(gate, head_mask);
   c.length = L;
   return (*out_proj)(merge_heads(o));  // (B, T, D)
 }

@@ -74,7 +74,7 @@ class MultiHeadAttention : public Attention {
   Tensor keys(const Tensor& c, int64_t offset);
   // (B, g, M, d) -> (B, h, M, d): each query head's key/value head.
   Tensor expand_kv(const Tensor& t) const;
-  // P (B, h, N, M) from q (B, h, N, dk), k (B, h, M, dk) at query positions q_offset + n:
+  // P (B, h, N, M) from q (B, h, N, dk), k (B, g, M, dk) (g divides h) at query positions q_offset + n:
   // scores, ALiBi, softcap, then the score function over the allowed entries.
   Tensor probabilities(const Tensor& q, const Tensor& k, const Tensor& allowed, int64_t q_offset) const;
   Tensor score_function(const Tensor& s, const Tensor& allowed) const;
