@@ -1,6 +1,7 @@
 // The attention registry: builds any variant from a spec string and d_model, and lists the
-// variants with their options and defaults (`attnlab variants`). Adding a variant takes its
-// file and one line in registry.cpp.
+// variants with their options and defaults (`attnlab variants`). A variant is its own files and
+// one line in registry.cpp; the tests, golden file and docs it also needs are listed in
+// docs/attention.md, "Adding a variant: the files".
 #pragma once
 #include <functional>
 #include <memory>
