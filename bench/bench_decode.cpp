@@ -4,9 +4,12 @@
 // so that every variant sees the same share of the machine's load.
 //
 //   bench_decode [--context 4096] [--steps 64] [--window 512] [--chunk 512] [--no-layer] [--no-lm]
-//                [--lm-steps 32] [--variants SPEC;SPEC;...]
+//                [--lm-steps 32] [--variants SPEC;SPEC;...] [--d-model 512] [--csv FILE]
 //
-// Layer rows: one attention layer, D = 512, h = 8, dk = dv = 64, batch 1, float32, eval mode.
+// Layer rows: one attention layer, D = 512 (--d-model), h = 8 and dk = dv = 64 in the default
+// specs, batch 1, float32, eval mode. --csv writes the layer rows as a measured table for
+// `attnlab report` (docs/sweeps.md, "Figures measured outside the sweep"): the spec, then
+// cache_floats_per_token, cache_ratio, decode_tokens_per_s and decode_ratio.
 //   cache B/token   numel() * 4 bytes / positions held for (the cache's length after the run)
 //   alloc B/token   the allocator's bytes in use with the filled cache alive, minus before it was
 //                   made, over the same positions (size-class rounding included)
@@ -41,7 +44,6 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-constexpr int64_t kDModel = 512, kHeads = 8;
 
 using attnlab::bench::median;
 
@@ -53,8 +55,9 @@ double seconds(F&& f) {
 }
 
 struct Options {
-  int64_t context = 4096, steps = 64, window = 512, chunk = 512, lm_steps = 32;
+  int64_t context = 4096, steps = 64, window = 512, chunk = 512, lm_steps = 32, d_model = 512;
   bool layer = true, lm = true;
+  std::string csv;  // empty: no table written
   std::vector<std::string> variants;  // empty: the defaults below
 };
 
@@ -83,19 +86,29 @@ void prefill(nn::Attention& attn, nn::AttentionCache& cache, const Tensor& x, in
   for (int64_t s = 0; s < x.size(1); s += chunk) attn.forward_step(narrow(x, 1, s, std::min(chunk, x.size(1) - s)), cache);
 }
 
+// The layer rows as a measured table: the spec (quoted: specs hold commas), then the numbers.
+void write_csv(const std::string& path, const std::vector<LayerRun>& runs) {
+  auto per_token = [](const LayerRun& r) { return double(r.cache->numel()) / double(r.cache->length); };
+  std::string text = "model.attention,cache_floats_per_token,cache_ratio,decode_tokens_per_s,decode_ratio\n";
+  for (const LayerRun& r : runs)
+    text += fmt::format("\"{}\",{:.2f},{:.4f},{:.1f},{:.3f}\n", r.spec, per_token(r), per_token(r) / per_token(runs[0]),
+                        1 / median(r.times), median(runs[0].times) / median(r.times));
+  write_text_atomic(path, text);
+}
+
 void bench_layers(const Options& o, const std::vector<std::string>& specs) {
   NoGradGuard no_grad;
   const int64_t max_len = o.context + o.steps + 1;  // every preallocated row is filled by the end
   Generator gen(1);
-  Tensor x = randn({1, o.context, kDModel}, gen);                   // (1, context, D)
+  Tensor x = randn({1, o.context, o.d_model}, gen);                   // (1, context, D)
   std::vector<Tensor> x_step;                                       // (1, 1, D) each
-  for (int64_t s = 0; s <= o.steps; ++s) x_step.push_back(randn({1, 1, kDModel}, gen));
+  for (int64_t s = 0; s <= o.steps; ++s) x_step.push_back(randn({1, 1, o.d_model}, gen));
   std::vector<LayerRun> runs;
   for (const std::string& spec : specs) {
     LayerRun r;
     r.spec = spec;
     manual_seed(0);
-    r.attn = nn::make_attention(spec, kDModel);
+    r.attn = nn::make_attention(spec, o.d_model);
     r.attn->eval();
     const int64_t before = allocator_stats().bytes_in_use;
     r.cache = r.attn->make_cache(1, max_len);
@@ -113,9 +126,9 @@ void bench_layers(const Options& o, const std::vector<std::string>& specs) {
       r.step_peak = std::max(r.step_peak, allocator_stats().peak_bytes_in_use - before);
     }
 
-  fmt::print("\n#### One attention layer: D={}, h={}, dk=dv=64, batch 1, float32, {} thread(s); context {} "
+  fmt::print("\n#### One attention layer: D={}, batch 1, float32, {} thread(s); context {} "
              "(prefilled in chunks of {}), median of {} steps of T=1, interleaved\n\n",
-             kDModel, kHeads, num_threads(), o.context, o.chunk, o.steps);
+             o.d_model, num_threads(), o.context, o.chunk, o.steps);
   fmt::print("| spec | cache numel | cache B/token | ratio to mha | alloc B/token | step peak (MiB) | tokens/s | "
              "ratio to mha |\n|---|---:|---:|---:|---:|---:|---:|---:|\n");
   const double mha_bpt = double(runs[0].cache->numel()) * 4 / double(runs[0].cache->length);
@@ -130,6 +143,7 @@ void bench_layers(const Options& o, const std::vector<std::string>& specs) {
   fmt::print("\nratios against the first row (`{}`): memory, the variant's over it (< 1 smaller); speed, the "
              "variant's tokens/s over it (> 1 faster)\n",
              runs[0].spec);
+  if (!o.csv.empty()) write_csv(o.csv, runs);
   for (const LayerRun& r : runs)
     if (auto* mla = dynamic_cast<const nn::LatentAttention*>(r.attn.get())) {
       // Against the KV cache of an mha with the same h, dk, dv: h (dk + dv) numbers per position.
@@ -196,7 +210,7 @@ void bench_lm(const Options& o, const std::vector<std::string>& specs) {
 [[noreturn]] void usage() {
   std::fprintf(stderr,
                "usage: bench_decode [--context N] [--steps S] [--window W] [--chunk C] [--lm-steps S] [--no-layer] "
-               "[--no-lm] [--variants 'SPEC;SPEC']\n");
+               "[--no-lm] [--variants 'SPEC;SPEC'] [--d-model D] [--csv FILE]\n");
   std::exit(2);
 }
 
@@ -215,6 +229,8 @@ int main(int argc, char** argv) {
     else if (a == "--window") o.window = std::atoll(value().c_str());
     else if (a == "--chunk") o.chunk = std::atoll(value().c_str());
     else if (a == "--lm-steps") o.lm_steps = std::atoll(value().c_str());
+    else if (a == "--d-model") o.d_model = std::atoll(value().c_str());
+    else if (a == "--csv") o.csv = value();
     else if (a == "--no-layer") o.layer = false;
     else if (a == "--no-lm") o.lm = false;
     else if (a == "--variants") {
@@ -223,7 +239,7 @@ int main(int argc, char** argv) {
         if (!s.empty()) o.variants.push_back(s);
     } else usage();
   }
-  if (o.context < 1 || o.steps < 1 || o.chunk < 1 || o.lm_steps < 2 || o.window < 1) usage();
+  if (o.context < 1 || o.steps < 1 || o.chunk < 1 || o.lm_steps < 2 || o.window < 1 || o.d_model < 1) usage();
   const std::vector<std::string> specs = o.variants.empty() ? default_variants(o.window) : o.variants;
   try {
     if (o.layer) bench_layers(o, specs);
