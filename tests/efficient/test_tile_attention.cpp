@@ -5,11 +5,14 @@
 // together; and segment ids (packed sequences): against the twin and the dense segment mask, at
 // gathered positions, gradcheck, the tile pairs skipped, and bad ids.
 #include <algorithm>
+#include <bit>
+#include <cmath>
 #include <numeric>
 #include <random>
 
 #include "helpers.hpp"
 #include "nn/attention/attention.hpp"
+#include "nn/attention/kernels/fast_tanh.hpp"
 #include "nn/attention/kernels/tile_attention.hpp"
 
 using namespace attnlab;
@@ -352,6 +355,32 @@ TEST_CASE("tile_attention options with dropout equal the twin with the same seed
     CHECK(allclose(fast.dk, slow.dk, 1e-10, 1e-12));
     CHECK(allclose(fast.dv, slow.dv, 1e-10, 1e-12));
   }
+}
+
+TEST_CASE("the float tanh of soft-capping is within 2 ulp-sized steps of std::tanh over the whole float range") {
+  // Every 9973rd float from 1e-30 to 20 and its negative, plus the points where the range
+  // reduction changes k and the clamp at 9; error measured against tanh in double, relative to
+  // the result (tanh(x) ~ x near 0, so small inputs are checked relatively too).
+  std::vector<float> xs{0.0f, -0.0f, 9.0f, -9.0f, 9.5f, 50.0f, -1e30f, 0.173f, 0.1733f, 0.3466f, 0.5199f};
+  for (uint32_t bits = std::bit_cast<uint32_t>(1e-30f); bits <= std::bit_cast<uint32_t>(20.0f); bits += 9973) {
+    xs.push_back(std::bit_cast<float>(bits));
+    xs.push_back(-std::bit_cast<float>(bits));
+  }
+  std::vector<float> t(xs.size());
+  nn::fastmath::tanh_block(xs.data(), t.data(), int64_t(xs.size()));
+  double worst = 0;
+  float worst_x = 0;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const double exact = std::tanh(double(xs[i]));
+    const double rel = exact == 0 ? std::fabs(double(t[i])) : std::fabs(double(t[i]) - exact) / std::fabs(exact);
+    if (rel > worst) worst = rel, worst_x = xs[i];
+    REQUIRE(std::signbit(t[i]) == std::signbit(xs[i]));
+  }
+  INFO("worst at x = " << worst_x);
+  CHECK(worst < 2.5e-7);  // float epsilon is 1.19e-7
+  float in[3] = {0.5f, -2.0f, 1e-3f};
+  nn::fastmath::tanh_block(in, in, 3);  // in place
+  CHECK(in[1] == doctest::Approx(std::tanh(-2.0)).epsilon(3e-7));
 }
 
 TEST_CASE("tile_attention options gradcheck: each option and all together, causal with a mask and an empty row") {

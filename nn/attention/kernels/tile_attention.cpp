@@ -18,6 +18,7 @@
 
 #include "autograd/ops.hpp"
 #include "autograd/trace.hpp"
+#include "nn/attention/kernels/fast_tanh.hpp"
 #include "tensor/kernels.hpp"
 #include "tensor/kernels/rows.hpp"
 #include "tensor/parallel.hpp"
@@ -265,12 +266,16 @@ struct Ctx {
         for (int64_t j = 0; j < c; ++j) S[ii * c + j] -= slope * T(std::abs(n - p.kpos(j0 + j)));
       }
     }
-    if (softcap > 0)
+    if (softcap > 0) {
+      const T inv = T(1) / softcap;
+      for (int64_t a = 0; a < r * c; ++a) S[a] *= inv;
+      fastmath::tanh_block(S, S, r * c);  // t = tanh(S / c)
       for (int64_t a = 0; a < r * c; ++a) {
-        const T t = std::tanh(S[a] / softcap);
+        const T t = S[a];
         S[a] = softcap * t;
         if (F) F[a] = T(1) - t * t;
       }
+    }
     const bool* mbh = mask ? mask + b * p.ms[0] + h * p.ms[1] : nullptr;
     for (int64_t ii = 0; ii < r; ++ii) {
       const int64_t i = i0 + ii;
