@@ -8,6 +8,7 @@
 #include <cstddef>
 
 #include "tensor/error.hpp"
+#include "tensor/parallel.hpp"
 
 // The Fortran entry points (LP64 integers; each character argument has a hidden length
 // argument at the end, as gfortran passes them).
@@ -35,7 +36,11 @@ int lapack_int(int64_t v, const char* routine) {
   return int(v);
 }
 
+// Checks the buffer against its sizes and that every entry is finite. Also makes sure attnlab's
+// thread setup has run, which sets OpenBLAS (and so LAPACK) to one thread: results then do not
+// depend on OpenBLAS's thread count.
 void check_size(const std::vector<double>& a, int64_t rows, int64_t cols, const char* routine) {
+  num_threads();
   if (rows < 0 || cols < 0 || int64_t(a.size()) != rows * cols)
     fail<ShapeError>("lapack {}: {} values for a {} x {} matrix (expected {})", routine, a.size(), rows, cols,
                      rows * cols);
