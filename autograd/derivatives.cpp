@@ -536,7 +536,7 @@ Tensor triu(const Tensor& x, int64_t diagonal) {
 // targets (R) (kernels/loss.cpp). Backward keeps the logits and the per-row log-sum-exp, never
 // the (R, C) probabilities. reduction "none" gives (R) (0 on ignored rows); "sum" a scalar;
 // "mean" the sum divided by the number of non-ignored rows (NaN when there are none, as in
-// PyTorch). Tested against nn::cross_entropy_composed (tests/nn/test_loss.cpp).
+// PyTorch). Tested against nn::cross_entropy_reference (tests/nn/test_loss.cpp).
 namespace attnlab {
 
 Tensor cross_entropy_fused(const Tensor& logits, const Tensor& targets, int64_t ignore_index, double label_smoothing,
@@ -593,7 +593,7 @@ Tensor record_layer_norm(const Tensor& s, const Tensor& weight, const Tensor& bi
 }  // namespace
 
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
-  if (ConservativeMode::is_enabled()) return layer_norm_composed(x, weight, bias, eps);
+  if (ConservativeMode::is_enabled()) return layer_norm_reference(x, weight, bias, eps);
   return record_layer_norm(x, weight, bias, k::layer_norm(x, {}, weight, bias, eps));
 }
 
@@ -602,7 +602,7 @@ AddLayerNorm add_layer_norm(const Tensor& x, const Tensor& residual, const Tenso
   if (!residual.defined()) fail<ValueError>("add_layer_norm: residual is undefined (use layer_norm)");
   if (ConservativeMode::is_enabled()) {
     Tensor s = add(x, residual);
-    return {s, layer_norm_composed(s, weight, bias, eps)};
+    return {s, layer_norm_reference(s, weight, bias, eps)};
   }
   k::LayerNormOut out = k::layer_norm(x, residual, weight, bias, eps);
   // Two nodes from one pass: the sum (whose gradient, identity to both inputs, the engine

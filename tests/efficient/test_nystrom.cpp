@@ -53,7 +53,7 @@ struct Twin {
 };
 
 // The documented formulas written out densely: att = F Z Bm (N x M), O = att V (+ conv of V).
-Twin twin(const nn::NystromAttention& l, const Tensor& x, const Tensor& ctx_or_empty, const Tensor& mask) {
+Twin naive_nystrom(const nn::NystromAttention& l, const Tensor& x, const Tensor& ctx_or_empty, const Tensor& mask) {
   const bool self = !ctx_or_empty.defined();
   const Tensor& ctx = self ? x : ctx_or_empty;
   const int64_t B = x.size(0), N = x.size(1), M = ctx.size(1), h = l.config.heads;
@@ -120,7 +120,7 @@ TEST_CASE("nystrom matches its dense twin: output and F pinv(A) Bm, self, cross-
     auto& l = static_cast<nn::NystromAttention&>(*a);
     for (const Tensor& mask : {Tensor(), pad4, per_head}) {
       auto r = a->forward(x, {}, mask, false, true);
-      Twin t = twin(l, x, {}, mask);
+      Twin t = naive_nystrom(l, x, {}, mask);
       CHECK(allclose(r.output, t.output, 1e-10, 1e-12));
       CHECK(allclose(r.attention, t.attention, 1e-10, 1e-12));
     }
@@ -129,7 +129,7 @@ TEST_CASE("nystrom matches its dense twin: output and F pinv(A) Bm, self, cross-
     for (int64_t n = 0; n < 4; ++n) CHECK(max_diff(select(select(y, 0, 1), 0, n), bias) == 0.0);
     if (!l.conv && l.settings.landmarks <= 2) {
       auto r = a->forward(x, ctx, pad6, false, true);
-      Twin t = twin(l, x, ctx, pad6);
+      Twin t = naive_nystrom(l, x, ctx, pad6);
       CHECK(allclose(r.output, t.output, 1e-10, 1e-12));
       CHECK(allclose(r.attention, t.attention, 1e-10, 1e-12));
       for (double e : narrow(r.attention, 0, 1, 1).to_vector<double>()) CHECK(e == 0.0);
