@@ -17,7 +17,7 @@
 //       o_n = sum_{m <= n} (a_n . b_m) c_m of causal linear attention; gradients of a, b, c are
 //       the same scan run forwards or backwards (tests/efficient/test_linear_attention.cpp)
 //   nn/attention/kernels/fourier_mix.cpp     fourier_mix()      FNet's Re(FFT_seq(FFT_hidden(x)));
-//       the map is symmetric, so its gradient is the same transform of grad
+//       the map is self-adjoint, so its gradient is the same transform of grad
 //       (tests/efficient/test_fnet.cpp)
 //   nn/attention/routing.cpp                 grouped_scores()   per-cluster blocks Q_g K_g^T of the
 //       routing transformer's scores; gradients dQ_g = dS_g K_g, dK_g = dS_g^T Q_g
