@@ -87,7 +87,7 @@ Tensor var(const Tensor& x, const std::vector<int64_t>& dims, int64_t correction
 
 // The readable twin of the fused layer_norm (derivatives.cpp), and the form LRP needs: under
 // ConservativeMode 1/std is a constant, so the layer is linear in x (grad_mode.hpp).
-Tensor layer_norm_composed(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+Tensor layer_norm_reference(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
   Tensor mu = mean(x, {-1}, true);                     // (..., 1)
   Tensor var_ = var(x, {-1}, /*correction=*/0, true);  // (..., 1)
   Tensor inv_std = rsqrt(var_ + eps);                  // (..., 1)
@@ -153,6 +153,15 @@ Tensor logsumexp(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim
   m = masked_fill(m, eq(abs(m), std::numeric_limits<double>::infinity()), 0.0);
   Tensor out = log(sum(exp(x - m), dims, true)) + m;
   return keepdim ? out : reshape(out, amax(x.detach(), dims, false).shape());
+}
+
+Tensor log_softmax_reference(const Tensor& x, int64_t dim, const Tensor& mask) {
+  Tensor z = mask.defined() ? masked_fill(x, logical_not(mask), -std::numeric_limits<double>::infinity()) : x;
+  return z - logsumexp(z, {dim}, true);
+}
+
+Tensor softmax_reference(const Tensor& x, int64_t dim, const Tensor& mask) {
+  return exp(log_softmax_reference(x, dim, mask));
 }
 
 Tensor stack(const std::vector<Tensor>& xs, int64_t dim) {

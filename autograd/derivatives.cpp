@@ -1,17 +1,36 @@
-// Every differentiable primitive, each with its backward formula right beside its forward
-// call. This file is the one place where gradients are defined (like PyTorch's
-// derivatives.yaml); ops built from these primitives live in composed.cpp and get their
-// gradients for free.
+// The differentiable primitives of autograd/ops.hpp, each with its backward formula right beside
+// its forward call (like PyTorch's derivatives.yaml); ops built from these primitives live in
+// composed.cpp and einsum.cpp and get their gradients for free. Ops without a gradient
+// (comparisons, in-place updates) are in no_grad_ops.cpp.
 //
-// A formula receives `grad` (dL/d result), `result` (saved only when SaveResult::Yes) and the
-// node `n` (n.needs_grad(i), n.shapes[i]), and returns one gradient per input. Formulas never
-// reduce broadcast dims: the engine sums each gradient to its input's shape.
+// A formula is a lambda (grad, result, n): `grad` is dL/d result, `result` the forward output
+// (saved only when SaveResult::Yes), `n` the node (n.needs_grad(i), n.shapes[i]); it returns one
+// gradient per input. Formulas never reduce broadcast dims: the engine sums each gradient to its
+// input's shape.
+//
+// Fused kernels whose backward is hand-written beside the kernel, the other record() sites:
+//   nn/attention/kernels/tile_attention.cpp  tile_attention()   tiled (flash) attention over a
+//       tile pattern: softmax / sigmoid / softpick of scale Q K^T (+ alibi, softcap, sinks) times V;
+//       gradients of q, k, v and the sinks from the saved log-sum-exp
+//       (tests/efficient/test_tile_attention.cpp)
+//   nn/attention/kernels/linear_scan.cpp     causal_product()   the prefix sums of outer products
+//       o_n = sum_{m <= n} (a_n . b_m) c_m of causal linear attention; gradients of a, b, c are
+//       the same scan run forwards or backwards (tests/efficient/test_linear_attention.cpp)
+//   nn/attention/kernels/fourier_mix.cpp     fourier_mix()      FNet's Re(FFT_seq(FFT_hidden(x)));
+//       the map is self-adjoint, so its gradient is the same transform of grad
+//       (tests/efficient/test_fnet.cpp)
+//   nn/attention/routing.cpp                 grouped_scores()   per-cluster blocks Q_g K_g^T of the
+//       routing transformer's scores; gradients dQ_g = dS_g K_g, dK_g = dS_g^T Q_g
+//   nn/attention/routing.cpp                 grouped_values()   per-cluster products P_g V_g;
+//       gradients dP_g = dO_g V_g^T, dV_g = P_g^T dO_g (both routing ops:
+//       tests/efficient/test_routing.cpp)
 #include <cmath>
 #include <numeric>
 
 #include "autograd/grad_mode.hpp"
 #include "autograd/ops.hpp"
 #include "tensor/kernels.hpp"
+#include "tensor/strides.hpp"
 
 namespace attnlab {
 
@@ -23,64 +42,6 @@ namespace {
 
 Tensor zeros_of(const Dims& shape, DType dtype) { return zeros(shape, dtype); }
 
-// Strides that view x with `shape` without a copy, if possible (PyTorch's computeStride).
-bool view_strides(const Dims& old_shape, const Dims& old_strides, const Dims& shape, Dims* out) {
-  *out = Dims::filled(shape.size(), 1);
-  if (numel_of(old_shape) == 0 || old_shape.empty()) {
-    *out = contiguous_strides(shape);
-    return true;
-  }
-  int view_d = shape.size() - 1;
-  int64_t chunk_base = old_strides.back(), tensor_numel = 1, view_numel = 1;
-  for (int d = old_shape.size() - 1; d >= 0; --d) {
-    tensor_numel *= old_shape[d];
-    if (d == 0 || (old_shape[d - 1] != 1 && old_strides[d - 1] != tensor_numel * chunk_base)) {
-      while (view_d >= 0 && (view_numel < tensor_numel || shape[view_d] == 1)) {
-        (*out)[view_d] = view_numel * chunk_base;
-        view_numel *= shape[view_d];
-        --view_d;
-      }
-      if (view_numel != tensor_numel) return false;
-      if (d > 0) {
-        chunk_base = old_strides[d - 1];
-        tensor_numel = 1;
-        view_numel = 1;
-      }
-    }
-  }
-  return view_d == -1;
-}
-
-Dims infer_shape(const Dims& shape, int64_t numel, const Dims& from, const char* op) {
-  Dims out = shape;
-  int infer = -1;
-  int64_t known = 1;
-  for (int i = 0; i < out.size(); ++i) {
-    if (out[i] == -1) {
-      if (infer >= 0) fail<ShapeError>("{}: only one size may be -1, got {}", op, to_string(shape));
-      infer = i;
-    } else if (out[i] < 0) {
-      fail<ShapeError>("{}: invalid size {} in {}", op, out[i], to_string(shape));
-    } else {
-      known *= out[i];
-    }
-  }
-  if (infer >= 0) {
-    if (known == 0 || numel % known != 0)
-      fail<ShapeError>("{}: cannot reshape {} ({} elements) to {}", op, to_string(from), numel, to_string(shape));
-    out[infer] = numel / known;
-  }
-  if (numel_of(out) != numel)
-    fail<ShapeError>("{}: cannot reshape {} ({} elements) to {} ({} elements)", op, to_string(from), numel,
-                     to_string(out), numel_of(out));
-  return out;
-}
-
-void check_inplace(const Tensor& x, const char* op) {
-  if (GradMode::is_enabled() && x.requires_grad())
-    fail<AutogradError>("{}: in-place update of a tensor that requires grad; wrap it in a NoGradGuard", op);
-}
-
 }  // namespace
 
 // ============================ views ============================
@@ -90,8 +51,8 @@ Tensor reshape(const Tensor& x, const Dims& shape) {
   Dims st;
   Tensor out = view_strides(x.shape(), x.strides(), target, &st) ? x.as_strided(target, st, x.offset())
                                                                   : k::contiguous(x).as_strided(target, contiguous_strides(target), 0);
-  return record("reshape", out, {x}, [](const Tensor& g, const Tensor&, const Node& n) {
-    return Grads{reshape(g, n.shapes[0])};
+  return record("reshape", out, {x}, [](const Tensor& grad, const Tensor&, const Node& n) {
+    return Grads{reshape(grad, n.shapes[0])};
   });
 }
 
@@ -101,9 +62,8 @@ Tensor view(const Tensor& x, const Dims& shape) {
   if (!view_strides(x.shape(), x.strides(), target, &st))
     fail<ShapeError>("view: shape {} with strides {} cannot be viewed as {} without a copy; use reshape",
                      to_string(x.shape()), to_string(x.strides()), to_string(target));
-  return record("view", x.as_strided(target, st, x.offset()), {x}, [](const Tensor& g, const Tensor&, const Node& n) {
-    return Grads{reshape(g, n.shapes[0])};
-  });
+  return record("view", x.as_strided(target, st, x.offset()), {x},
+                [](const Tensor& grad, const Tensor&, const Node& n) { return Grads{reshape(grad, n.shapes[0])}; });
 }
 
 Tensor permute(const Tensor& x, const Dims& order) {
@@ -118,7 +78,7 @@ Tensor permute(const Tensor& x, const Dims& order) {
     st.push_back(x.strides()[d]);
   }
   return record("permute", x.as_strided(sh, st, x.offset()), {x},
-                [inverse](const Tensor& g, const Tensor&, const Node&) { return Grads{permute(g, inverse)}; });
+                [inverse](const Tensor& grad, const Tensor&, const Node&) { return Grads{permute(grad, inverse)}; });
 }
 
 Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step) {
@@ -134,11 +94,11 @@ Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t s
   sh[d] = (end - start + step - 1) / step;
   st[d] *= step;
   Tensor out = x.as_strided(sh, st, x.offset() + start * x.strides()[d]);
-  return record("slice", out, {x}, [d, start, step](const Tensor& g, const Tensor&, const Node& n) {
-    Tensor z = zeros_of(n.shapes[0], g.dtype());
+  return record("slice", out, {x}, [d, start, step](const Tensor& grad, const Tensor&, const Node& n) {
+    Tensor z = zeros_of(n.shapes[0], grad.dtype());
     Dims zs = z.strides();
     zs[d] *= step;
-    k::copy_(z.as_strided(g.shape(), zs, start * z.strides()[d]), g);
+    k::copy_(z.as_strided(grad.shape(), zs, start * z.strides()[d]), grad);
     return Grads{z};
   });
 }
@@ -178,26 +138,27 @@ Tensor expand(const Tensor& x, const Dims& shape) {
                        to_string(shape), x.shape()[i - lead], i);
   }
   Tensor out = x.as_strided(target, broadcast_strides(x.shape(), x.strides(), target), x.offset());
-  return record("expand", out, {x}, [](const Tensor& g, const Tensor&, const Node& n) {
-    return Grads{k::sum_to(g, n.shapes[0])};
+  return record("expand", out, {x}, [](const Tensor& grad, const Tensor&, const Node& n) {
+    return Grads{k::sum_to(grad, n.shapes[0])};
   });
 }
 
 Tensor contiguous(const Tensor& x) {
   if (x.is_contiguous()) return x;
-  return record("contiguous", k::clone(x), {x}, [](const Tensor& g, const Tensor&, const Node&) { return Grads{g}; });
+  return record("contiguous", k::clone(x), {x},
+                [](const Tensor& grad, const Tensor&, const Node&) { return Grads{grad}; });
 }
 
 Tensor clone(const Tensor& x) {
-  return record("clone", k::clone(x), {x}, [](const Tensor& g, const Tensor&, const Node&) { return Grads{g}; });
+  return record("clone", k::clone(x), {x}, [](const Tensor& grad, const Tensor&, const Node&) { return Grads{grad}; });
 }
 
 Tensor to(const Tensor& x, DType dtype) {
   if (x.dtype() == dtype) return x;
   Tensor out = k::to_dtype(x, dtype);
   if (!is_floating(dtype)) return out;
-  return record("to", out, {x}, [](const Tensor& g, const Tensor&, const Node& n) {
-    return Grads{k::to_dtype(g, n.dtypes[0])};
+  return record("to", out, {x}, [](const Tensor& grad, const Tensor&, const Node& n) {
+    return Grads{k::to_dtype(grad, n.dtypes[0])};
   });
 }
 
@@ -205,26 +166,28 @@ Tensor to(const Tensor& x, DType dtype) {
 
 Tensor add(const Tensor& a, const Tensor& b) {
   return record("add", k::binary(Binary::Add, a, b, "add"), {a, b},
-                [](const Tensor& g, const Tensor&, const Node&) { return Grads{g, g}; });
+                [](const Tensor& grad, const Tensor&, const Node&) { return Grads{grad, grad}; });
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
-  return record("sub", k::binary(Binary::Sub, a, b, "sub"), {a, b}, [](const Tensor& g, const Tensor&, const Node& n) {
-    return Grads{g, n.needs_grad(1) ? neg(g) : Tensor()};
-  });
+  return record("sub", k::binary(Binary::Sub, a, b, "sub"), {a, b},
+                [](const Tensor& grad, const Tensor&, const Node& n) {
+                  return Grads{grad, n.needs_grad(1) ? neg(grad) : Tensor()};
+                });
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
-  return record("mul", k::binary(Binary::Mul, a, b, "mul"), {a, b}, [a, b](const Tensor& g, const Tensor&, const Node& n) {
-    return Grads{n.needs_grad(0) ? g * b : Tensor(), n.needs_grad(1) ? g * a : Tensor()};
-  });
+  return record("mul", k::binary(Binary::Mul, a, b, "mul"), {a, b},
+                [a, b](const Tensor& grad, const Tensor&, const Node& n) {
+                  return Grads{n.needs_grad(0) ? grad * b : Tensor(), n.needs_grad(1) ? grad * a : Tensor()};
+                });
 }
 
 Tensor div(const Tensor& a, const Tensor& b) {
   return record(
       "div", k::binary(Binary::Div, a, b, "div"), {a, b},
-      [b](const Tensor& g, const Tensor& result, const Node& n) {
-        Tensor ga = g / b;
+      [b](const Tensor& grad, const Tensor& result, const Node& n) {
+        Tensor ga = grad / b;
         return Grads{ga, n.needs_grad(1) ? neg(ga * result) : Tensor()};  // d(a/b)/db = -(a/b)/b
       },
       SaveResult::Yes);
@@ -233,12 +196,12 @@ Tensor div(const Tensor& a, const Tensor& b) {
 Tensor pow(const Tensor& a, const Tensor& b) {
   return record(
       "pow", k::binary(Binary::Pow, a, b, "pow"), {a, b},
-      [a, b](const Tensor& g, const Tensor& result, const Node& n) {
+      [a, b](const Tensor& grad, const Tensor& result, const Node& n) {
         Tensor ga, gb;
         // b * a^(b-1) is 0 * inf = NaN at a == 0, b == 0; PyTorch takes it as 0 (a^0 is constant).
-        if (n.needs_grad(0)) ga = masked_fill(g * b * pow(a, b - 1.0), eq(b, 0.0), 0.0);
+        if (n.needs_grad(0)) ga = masked_fill(grad * b * pow(a, b - 1.0), eq(b, 0.0), 0.0);
         // d(a^b)/db = a^b log a; taken as 0 where a == 0 and b >= 0 (the limit), like PyTorch.
-        if (n.needs_grad(1)) gb = masked_fill(g * result * log(a), logical_and(eq(a, 0.0), ge(b, 0.0)), 0.0);
+        if (n.needs_grad(1)) gb = masked_fill(grad * result * log(a), logical_and(eq(a, 0.0), ge(b, 0.0)), 0.0);
         return Grads{ga, gb};
       },
       SaveResult::Yes);
@@ -246,25 +209,27 @@ Tensor pow(const Tensor& a, const Tensor& b) {
 
 Tensor maximum(const Tensor& a, const Tensor& b) {
   return record("maximum", k::binary(Binary::Maximum, a, b, "maximum"), {a, b},
-                [a, b](const Tensor& g, const Tensor&, const Node&) {
+                [a, b](const Tensor& grad, const Tensor&, const Node&) {
                   // Ties split the gradient evenly, like PyTorch.
-                  Tensor half = g * 0.5, tie = eq(a, b);
-                  return Grads{where(tie, half, where(gt(a, b), g, 0.0)), where(tie, half, where(lt(a, b), g, 0.0))};
+                  Tensor half = grad * 0.5, tie = eq(a, b);
+                  return Grads{where(tie, half, where(gt(a, b), grad, 0.0)),
+                               where(tie, half, where(lt(a, b), grad, 0.0))};
                 });
 }
 
 Tensor minimum(const Tensor& a, const Tensor& b) {
   return record("minimum", k::binary(Binary::Minimum, a, b, "minimum"), {a, b},
-                [a, b](const Tensor& g, const Tensor&, const Node&) {
-                  Tensor half = g * 0.5, tie = eq(a, b);
-                  return Grads{where(tie, half, where(lt(a, b), g, 0.0)), where(tie, half, where(gt(a, b), g, 0.0))};
+                [a, b](const Tensor& grad, const Tensor&, const Node&) {
+                  Tensor half = grad * 0.5, tie = eq(a, b);
+                  return Grads{where(tie, half, where(lt(a, b), grad, 0.0)),
+                               where(tie, half, where(gt(a, b), grad, 0.0))};
                 });
 }
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
-  return record("where", k::where(cond, a, b), {a, b}, [cond](const Tensor& g, const Tensor&, const Node& n) {
-    return Grads{n.needs_grad(0) ? where(cond, g, 0.0) : Tensor(),
-                 n.needs_grad(1) ? masked_fill(g, cond, 0.0) : Tensor()};
+  return record("where", k::where(cond, a, b), {a, b}, [cond](const Tensor& grad, const Tensor&, const Node& n) {
+    return Grads{n.needs_grad(0) ? where(cond, grad, 0.0) : Tensor(),
+                 n.needs_grad(1) ? masked_fill(grad, cond, 0.0) : Tensor()};
   });
 }
 
@@ -277,32 +242,32 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
     fail<ShapeError>("masked_fill: mask of shape {} does not broadcast to the input shape {}", to_string(mask.shape()),
                      to_string(x.shape()));
   return record("masked_fill", k::where(mask, scalar_tensor(value, x.dtype()), x), {x},
-                [mask](const Tensor& g, const Tensor&, const Node&) { return Grads{masked_fill(g, mask, 0.0)}; });
+                [mask](const Tensor& grad, const Tensor&, const Node&) { return Grads{masked_fill(grad, mask, 0.0)}; });
 }
 
 // ============================ elementwise: with a scalar ============================
 
 Tensor add(const Tensor& a, double b) {
   return record("add", k::unary(Unary::AddScalar, a, {b}), {a},
-                [](const Tensor& g, const Tensor&, const Node&) { return Grads{g}; });
+                [](const Tensor& grad, const Tensor&, const Node&) { return Grads{grad}; });
 }
 
 Tensor mul(const Tensor& a, double b) {
   return record("mul", k::unary(Unary::MulScalar, a, {b}), {a},
-                [b](const Tensor& g, const Tensor&, const Node&) { return Grads{g * b}; });
+                [b](const Tensor& grad, const Tensor&, const Node&) { return Grads{grad * b}; });
 }
 
 Tensor pow(const Tensor& a, double e) {
-  return record("pow", k::unary(Unary::PowScalar, a, {e}), {a}, [a, e](const Tensor& g, const Tensor&, const Node&) {
-    if (e == 0) return Grads{zeros_like(g)};
-    return Grads{g * (e * pow(a, e - 1))};
+  return record("pow", k::unary(Unary::PowScalar, a, {e}), {a}, [a, e](const Tensor& grad, const Tensor&, const Node&) {
+    if (e == 0) return Grads{zeros_like(grad)};
+    return Grads{grad * (e * pow(a, e - 1))};
   });
 }
 
 Tensor pow(double base, const Tensor& e) {
   return record(
       "pow", k::unary(Unary::RPowScalar, e, {base}), {e},
-      [base](const Tensor& g, const Tensor& result, const Node&) { return Grads{g * result * std::log(base)}; },
+      [base](const Tensor& grad, const Tensor& result, const Node&) { return Grads{grad * result * std::log(base)}; },
       SaveResult::Yes);
 }
 
@@ -310,79 +275,80 @@ Tensor pow(double base, const Tensor& e) {
 
 Tensor neg(const Tensor& x) {
   return record("neg", k::unary(Unary::Neg, x), {x},
-                [](const Tensor& g, const Tensor&, const Node&) { return Grads{neg(g)}; });
+                [](const Tensor& grad, const Tensor&, const Node&) { return Grads{neg(grad)}; });
 }
 
 Tensor exp(const Tensor& x) {
   return record(
       "exp", k::unary(Unary::Exp, x), {x},
-      [](const Tensor& g, const Tensor& result, const Node&) { return Grads{g * result}; }, SaveResult::Yes);
+      [](const Tensor& grad, const Tensor& result, const Node&) { return Grads{grad * result}; }, SaveResult::Yes);
 }
 
 Tensor log(const Tensor& x) {
   return record("log", k::unary(Unary::Log, x), {x},
-                [x](const Tensor& g, const Tensor&, const Node&) { return Grads{g / x}; });
+                [x](const Tensor& grad, const Tensor&, const Node&) { return Grads{grad / x}; });
 }
 
 Tensor sqrt(const Tensor& x) {
   return record(
       "sqrt", k::unary(Unary::Sqrt, x), {x},
-      [](const Tensor& g, const Tensor& result, const Node&) { return Grads{g / (result * 2.0)}; }, SaveResult::Yes);
+      [](const Tensor& grad, const Tensor& result, const Node&) { return Grads{grad / (result * 2.0)}; },
+      SaveResult::Yes);
 }
 
 Tensor rsqrt(const Tensor& x) {
   return record(
       "rsqrt", k::unary(Unary::Rsqrt, x), {x},
-      [](const Tensor& g, const Tensor& result, const Node&) { return Grads{g * pow(result, 3.0) * -0.5}; },
+      [](const Tensor& grad, const Tensor& result, const Node&) { return Grads{grad * pow(result, 3.0) * -0.5}; },
       SaveResult::Yes);
 }
 
 Tensor abs(const Tensor& x) {
   return record("abs", k::unary(Unary::Abs, x), {x},
-                [x](const Tensor& g, const Tensor&, const Node&) { return Grads{g * sign(x)}; });
+                [x](const Tensor& grad, const Tensor&, const Node&) { return Grads{grad * sign(x)}; });
 }
 
 Tensor sign(const Tensor& x) { return k::unary(Unary::Sign, x); }
 
 Tensor square(const Tensor& x) {
   return record("square", k::unary(Unary::Square, x), {x},
-                [x](const Tensor& g, const Tensor&, const Node&) { return Grads{g * x * 2.0}; });
+                [x](const Tensor& grad, const Tensor&, const Node&) { return Grads{grad * x * 2.0}; });
 }
 
 Tensor reciprocal(const Tensor& x) {
   return record(
       "reciprocal", k::unary(Unary::Reciprocal, x), {x},
-      [](const Tensor& g, const Tensor& result, const Node&) { return Grads{neg(g * result * result)}; },
+      [](const Tensor& grad, const Tensor& result, const Node&) { return Grads{neg(grad * result * result)}; },
       SaveResult::Yes);
 }
 
 Tensor sin(const Tensor& x) {
   return record("sin", k::unary(Unary::Sin, x), {x},
-                [x](const Tensor& g, const Tensor&, const Node&) { return Grads{g * cos(x)}; });
+                [x](const Tensor& grad, const Tensor&, const Node&) { return Grads{grad * cos(x)}; });
 }
 
 Tensor cos(const Tensor& x) {
   return record("cos", k::unary(Unary::Cos, x), {x},
-                [x](const Tensor& g, const Tensor&, const Node&) { return Grads{neg(g * sin(x))}; });
+                [x](const Tensor& grad, const Tensor&, const Node&) { return Grads{neg(grad * sin(x))}; });
 }
 
 Tensor tanh(const Tensor& x) {
   return record(
       "tanh", k::unary(Unary::Tanh, x), {x},
-      [](const Tensor& g, const Tensor& result, const Node&) { return Grads{g * (1.0 - result * result)}; },
+      [](const Tensor& grad, const Tensor& result, const Node&) { return Grads{grad * (1.0 - result * result)}; },
       SaveResult::Yes);
 }
 
 Tensor sigmoid(const Tensor& x) {
   return record(
       "sigmoid", k::unary(Unary::Sigmoid, x), {x},
-      [](const Tensor& g, const Tensor& result, const Node&) { return Grads{g * result * (1.0 - result)}; },
+      [](const Tensor& grad, const Tensor& result, const Node&) { return Grads{grad * result * (1.0 - result)}; },
       SaveResult::Yes);
 }
 
 Tensor relu(const Tensor& x) {
   return record("relu", k::unary(Unary::Relu, x), {x},
-                [x](const Tensor& g, const Tensor&, const Node&) { return Grads{g * k::unary(Unary::Step, x)}; });
+                [x](const Tensor& grad, const Tensor&, const Node&) { return Grads{grad * k::unary(Unary::Step, x)}; });
 }
 
 Tensor gelu(const Tensor& x, const std::string& approximate) {
@@ -402,51 +368,41 @@ Tensor gelu(const Tensor& x, const std::string& approximate) {
     return mul(x, ratio);
   }
   return record("gelu", k::unary(tanh_form ? Unary::GeluTanh : Unary::GeluErf, x), {x},
-                [x, tanh_form](const Tensor& g, const Tensor&, const Node&) {
-                  return Grads{g * k::unary(tanh_form ? Unary::GeluTanhGrad : Unary::GeluErfGrad, x)};
+                [x, tanh_form](const Tensor& grad, const Tensor&, const Node&) {
+                  return Grads{grad * k::unary(tanh_form ? Unary::GeluTanhGrad : Unary::GeluErfGrad, x)};
                 });
 }
 
 Tensor elu(const Tensor& x, double alpha) {
-  return record("elu", k::unary(Unary::Elu, x, {alpha}), {x}, [x, alpha](const Tensor& g, const Tensor&, const Node&) {
-    return Grads{g * k::unary(Unary::EluGrad, x, {alpha})};
-  });
+  return record("elu", k::unary(Unary::Elu, x, {alpha}), {x},
+                [x, alpha](const Tensor& grad, const Tensor&, const Node&) {
+                  return Grads{grad * k::unary(Unary::EluGrad, x, {alpha})};
+                });
 }
 
 Tensor softplus(const Tensor& x, double beta, double threshold) {
   if (beta == 0) fail<ValueError>("softplus: beta must be nonzero");
   return record("softplus", k::unary(Unary::Softplus, x, {beta, threshold}), {x},
-                [x, beta, threshold](const Tensor& g, const Tensor&, const Node&) {
-                  return Grads{g * k::unary(Unary::SoftplusGrad, x, {beta, threshold})};
+                [x, beta, threshold](const Tensor& grad, const Tensor&, const Node&) {
+                  return Grads{grad * k::unary(Unary::SoftplusGrad, x, {beta, threshold})};
                 });
 }
 
 Tensor clamp(const Tensor& x, double lo, double hi) {
   if (lo > hi) fail<ValueError>("clamp: min ({}) is greater than max ({})", lo, hi);
-  return record("clamp", k::unary(Unary::Clamp, x, {lo, hi}), {x}, [x, lo, hi](const Tensor& g, const Tensor&, const Node&) {
-    return Grads{g * k::unary(Unary::ClampGrad, x, {lo, hi})};
-  });
+  return record("clamp", k::unary(Unary::Clamp, x, {lo, hi}), {x},
+                [x, lo, hi](const Tensor& grad, const Tensor&, const Node&) {
+                  return Grads{grad * k::unary(Unary::ClampGrad, x, {lo, hi})};
+                });
 }
-
-// ============================ comparisons (no gradient) ============================
-
-Tensor eq(const Tensor& a, const Tensor& b) { return k::binary(Binary::Eq, a, b, "eq"); }
-Tensor ne(const Tensor& a, const Tensor& b) { return k::binary(Binary::Ne, a, b, "ne"); }
-Tensor lt(const Tensor& a, const Tensor& b) { return k::binary(Binary::Lt, a, b, "lt"); }
-Tensor le(const Tensor& a, const Tensor& b) { return k::binary(Binary::Le, a, b, "le"); }
-Tensor gt(const Tensor& a, const Tensor& b) { return k::binary(Binary::Gt, a, b, "gt"); }
-Tensor ge(const Tensor& a, const Tensor& b) { return k::binary(Binary::Ge, a, b, "ge"); }
-Tensor logical_and(const Tensor& a, const Tensor& b) { return k::binary(Binary::LogicalAnd, a, b, "logical_and"); }
-Tensor logical_or(const Tensor& a, const Tensor& b) { return k::binary(Binary::LogicalOr, a, b, "logical_or"); }
-Tensor logical_not(const Tensor& x) { return k::logical_not(x); }
 
 // ============================ reductions ============================
 
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   Tensor out = k::sum(x, dims, keepdim);
-  return record("sum", out, {x}, [dims, keepdim](const Tensor& g, const Tensor&, const Node& n) {
+  return record("sum", out, {x}, [dims, keepdim](const Tensor& grad, const Tensor&, const Node& n) {
     const Dims& in = n.shapes[0];
-    Tensor gk = g;
+    Tensor gk = grad;
     if (!keepdim) {  // put the reduced dims back as size 1, then broadcast
       Dims kept = in;
       if (dims.empty()) {
@@ -454,7 +410,7 @@ Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
       } else {
         for (int64_t d : dims) kept[wrap_dim(d, in.size(), "sum")] = 1;
       }
-      gk = reshape(g, kept);
+      gk = reshape(grad, kept);
     }
     return Grads{gk.as_strided(in, broadcast_strides(gk.shape(), gk.strides(), in), gk.offset())};
   });
@@ -465,8 +421,8 @@ Tensor softmax(const Tensor& x, int64_t dim, const Tensor& mask) {
   if (ConservativeMode::is_enabled()) return k::softmax(x, dim, mask, false);
   return record(
       "softmax", k::softmax(x, dim, mask, false), {x},
-      [dim](const Tensor& g, const Tensor& result, const Node&) {
-        return Grads{k::softmax_backward(g, result, dim, false)};
+      [dim](const Tensor& grad, const Tensor& result, const Node&) {
+        return Grads{k::softmax_backward(grad, result, dim, false)};
       },
       SaveResult::Yes);
 }
@@ -474,8 +430,8 @@ Tensor softmax(const Tensor& x, int64_t dim, const Tensor& mask) {
 Tensor log_softmax(const Tensor& x, int64_t dim, const Tensor& mask) {
   return record(
       "log_softmax", k::softmax(x, dim, mask, true), {x},
-      [dim](const Tensor& g, const Tensor& result, const Node&) {
-        return Grads{k::softmax_backward(g, result, dim, true)};
+      [dim](const Tensor& grad, const Tensor& result, const Node&) {
+        return Grads{k::softmax_backward(grad, result, dim, true)};
       },
       SaveResult::Yes);
 }
@@ -508,10 +464,10 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   if (a.dim() == 1 && b.dim() == 1) return reshape(matmul(unsqueeze(a, 0), unsqueeze(b, 1)), Dims{});  // dot
   if (a.dim() == 1) return squeeze(matmul(unsqueeze(a, 0), b), -2);  // (k) -> (1, k)
   if (b.dim() == 1) return squeeze(matmul(a, unsqueeze(b, 1)), -1);  // (k) -> (k, 1)
-  return record("matmul", k::matmul(a, b), {a, b}, [a, b](const Tensor& g, const Tensor&, const Node& n) {
+  return record("matmul", k::matmul(a, b), {a, b}, [a, b](const Tensor& grad, const Tensor&, const Node& n) {
     Tensor ga, gb;
-    if (n.needs_grad(0)) ga = k::matmul(g, mT(b));  // (..., n, m) @ (..., m, k)
-    if (n.needs_grad(1)) gb = (b.dim() == 2 && a.dim() > 2) ? fold_batch_weight_grad(a, g) : k::matmul(mT(a), g);
+    if (n.needs_grad(0)) ga = k::matmul(grad, mT(b));  // (..., n, m) @ (..., m, k)
+    if (n.needs_grad(1)) gb = (b.dim() == 2 && a.dim() > 2) ? fold_batch_weight_grad(a, grad) : k::matmul(mT(a), grad);
     return Grads{ga, gb};
   });
 }
@@ -521,12 +477,12 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 Tensor cat(const std::vector<Tensor>& xs, int64_t dim) {
   Tensor out = k::cat(xs, dim);
   const int d = wrap_dim(dim, xs[0].dim(), "cat");
-  return record("cat", out, xs, [d](const Tensor& g, const Tensor&, const Node& n) {
+  return record("cat", out, xs, [d](const Tensor& grad, const Tensor&, const Node& n) {
     Grads grads;
     int64_t at = 0;
     for (size_t i = 0; i < n.shapes.size(); ++i) {
       const int64_t len = n.shapes[i][d];
-      grads.push_back(n.needs_grad(i) ? narrow(g, d, at, len) : Tensor());
+      grads.push_back(n.needs_grad(i) ? narrow(grad, d, at, len) : Tensor());
       at += len;
     }
     return grads;
@@ -534,72 +490,44 @@ Tensor cat(const std::vector<Tensor>& xs, int64_t dim) {
 }
 
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
-  return record("gather", k::gather(x, dim, index), {x}, [dim, index](const Tensor& g, const Tensor&, const Node& n) {
-    return Grads{k::scatter_add(zeros_of(n.shapes[0], g.dtype()), dim, index, k::contiguous(g))};
-  });
+  return record("gather", k::gather(x, dim, index), {x},
+                [dim, index](const Tensor& grad, const Tensor&, const Node& n) {
+                  return Grads{k::scatter_add(zeros_of(n.shapes[0], grad.dtype()), dim, index, k::contiguous(grad))};
+                });
 }
 
 Tensor scatter_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
   return record("scatter_add", k::scatter_add(self, dim, index, src), {self, src},
-                [dim, index](const Tensor& g, const Tensor&, const Node& n) {
-                  return Grads{g, n.needs_grad(1) ? k::gather(g, dim, index) : Tensor()};
+                [dim, index](const Tensor& grad, const Tensor&, const Node& n) {
+                  return Grads{grad, n.needs_grad(1) ? k::gather(grad, dim, index) : Tensor()};
                 });
 }
 
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   return record("index_select", k::index_select(x, dim, index), {x},
-                [dim, index](const Tensor& g, const Tensor&, const Node& n) {
-                  Tensor z = zeros_of(n.shapes[0], g.dtype());
-                  k::index_add_(z, dim, index, k::contiguous(g));
+                [dim, index](const Tensor& grad, const Tensor&, const Node& n) {
+                  Tensor z = zeros_of(n.shapes[0], grad.dtype());
+                  k::index_add_(z, dim, index, k::contiguous(grad));
                   return Grads{z};
                 });
 }
 
 Tensor cumsum(const Tensor& x, int64_t dim) {
   return record("cumsum", k::cumsum(x, dim), {x},
-                [dim](const Tensor& g, const Tensor&, const Node&) { return Grads{k::cumsum(g, dim, true)}; });
+                [dim](const Tensor& grad, const Tensor&, const Node&) { return Grads{k::cumsum(grad, dim, true)}; });
 }
 
 Tensor tril(const Tensor& x, int64_t diagonal) {
-  return record("tril", k::tril(x, diagonal, false), {x},
-                [diagonal](const Tensor& g, const Tensor&, const Node&) { return Grads{k::tril(g, diagonal, false)}; });
+  return record("tril", k::tril(x, diagonal, false), {x}, [diagonal](const Tensor& grad, const Tensor&, const Node&) {
+    return Grads{k::tril(grad, diagonal, false)};
+  });
 }
 
 Tensor triu(const Tensor& x, int64_t diagonal) {
-  return record("triu", k::tril(x, diagonal, true), {x},
-                [diagonal](const Tensor& g, const Tensor&, const Node&) { return Grads{k::tril(g, diagonal, true)}; });
+  return record("triu", k::tril(x, diagonal, true), {x}, [diagonal](const Tensor& grad, const Tensor&, const Node&) {
+    return Grads{k::tril(grad, diagonal, true)};
+  });
 }
-
-// ============================ in place ============================
-
-Tensor& add_(Tensor& x, const Tensor& other, double alpha) {
-  check_inplace(x, "add_");
-  if (alpha == 1.0)
-    k::binary_(Binary::Add, x, other, "add_");
-  else
-    k::add_scaled_(x, other, alpha);
-  return x;
-}
-
-Tensor& mul_(Tensor& x, double value) {
-  check_inplace(x, "mul_");
-  k::unary_(Unary::MulScalar, x, {value});
-  return x;
-}
-
-Tensor& copy_(Tensor& x, const Tensor& src) {
-  check_inplace(x, "copy_");
-  k::copy_(x, src);
-  return x;
-}
-
-Tensor& fill_(Tensor& x, double value) {
-  check_inplace(x, "fill_");
-  k::fill_(x, value);
-  return x;
-}
-
-Tensor& zero_(Tensor& x) { return fill_(x, 0); }
 
 }  // namespace attnlab
 
@@ -608,7 +536,7 @@ Tensor& zero_(Tensor& x) { return fill_(x, 0); }
 // targets (R) (kernels/loss.cpp). Backward keeps the logits and the per-row log-sum-exp, never
 // the (R, C) probabilities. reduction "none" gives (R) (0 on ignored rows); "sum" a scalar;
 // "mean" the sum divided by the number of non-ignored rows (NaN when there are none, as in
-// PyTorch). Tested against nn::cross_entropy_composed.
+// PyTorch). Tested against nn::cross_entropy_reference (tests/nn/test_loss.cpp).
 namespace attnlab {
 
 Tensor cross_entropy_fused(const Tensor& logits, const Tensor& targets, int64_t ignore_index, double label_smoothing,
@@ -631,11 +559,11 @@ Tensor cross_entropy_fused(const Tensor& logits, const Tensor& targets, int64_t 
       result = k::unary(Unary::MulScalar, result, {scale});
     }
   }
-  return record("cross_entropy", result, {logits},
-                [logits, targets, lse, scale, ignore_index, label_smoothing](const Tensor& g, const Tensor&, const Node&) {
-                  return Grads{k::cross_entropy_rows_backward(g, scale, logits, targets, lse, ignore_index,
-                                                              label_smoothing)};
-                });
+  return record(
+      "cross_entropy", result, {logits},
+      [logits, targets, lse, scale, ignore_index, label_smoothing](const Tensor& grad, const Tensor&, const Node&) {
+        return Grads{k::cross_entropy_rows_backward(grad, scale, logits, targets, lse, ignore_index, label_smoothing)};
+      });
 }
 
 }  // namespace attnlab
@@ -645,7 +573,7 @@ Tensor cross_entropy_fused(const Tensor& logits, const Tensor& targets, int64_t 
 // (kernels/fused.cpp), for the transformer's training step. Their backward formulas compute the
 // bias and weight gradients themselves, already reduced to (D): summing over the rows in the
 // same pass that writes dx saves reading the (R, D) gradient again (the engine's sum_to is then
-// a no-op). Tested against the composed forms (tests/autograd/test_fused_vs_composed.cpp).
+// a no-op). Tested against the composed forms (tests/autograd/test_fused_training.cpp).
 namespace attnlab {
 
 namespace {
@@ -655,8 +583,8 @@ namespace {
 Tensor record_layer_norm(const Tensor& s, const Tensor& weight, const Tensor& bias, const k::LayerNormOut& out) {
   return record("layer_norm", out.y, {s, weight, bias},
                 [s = s.detach(), weight = weight.defined() ? weight.detach() : Tensor(), mean = out.mean,
-                 rstd = out.rstd](const Tensor& g, const Tensor&, const Node& n) {
-                  k::LayerNormGrads r = k::layer_norm_backward(g, s, mean, rstd, weight, n.needs_grad(0),
+                 rstd = out.rstd](const Tensor& grad, const Tensor&, const Node& n) {
+                  k::LayerNormGrads r = k::layer_norm_backward(grad, s, mean, rstd, weight, n.needs_grad(0),
                                                                n.needs_grad(1), n.needs_grad(2));
                   return Grads{r.dx, r.dweight, r.dbias};
                 });
@@ -665,7 +593,7 @@ Tensor record_layer_norm(const Tensor& s, const Tensor& weight, const Tensor& bi
 }  // namespace
 
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
-  if (ConservativeMode::is_enabled()) return layer_norm_composed(x, weight, bias, eps);
+  if (ConservativeMode::is_enabled()) return layer_norm_reference(x, weight, bias, eps);
   return record_layer_norm(x, weight, bias, k::layer_norm(x, {}, weight, bias, eps));
 }
 
@@ -674,13 +602,13 @@ AddLayerNorm add_layer_norm(const Tensor& x, const Tensor& residual, const Tenso
   if (!residual.defined()) fail<ValueError>("add_layer_norm: residual is undefined (use layer_norm)");
   if (ConservativeMode::is_enabled()) {
     Tensor s = add(x, residual);
-    return {s, layer_norm_composed(s, weight, bias, eps)};
+    return {s, layer_norm_reference(s, weight, bias, eps)};
   }
   k::LayerNormOut out = k::layer_norm(x, residual, weight, bias, eps);
   // Two nodes from one pass: the sum (whose gradient, identity to both inputs, the engine
   // reduces to the residual's shape) and the norm of the sum.
   Tensor s = record("add", out.sum, {x, residual},
-                    [](const Tensor& g, const Tensor&, const Node&) { return Grads{g, g}; });
+                    [](const Tensor& grad, const Tensor&, const Node&) { return Grads{grad, grad}; });
   return {s, record_layer_norm(s, weight, bias, out)};
 }
 
@@ -691,8 +619,8 @@ Tensor bias_gelu(const Tensor& x, const Tensor& bias, const std::string& approxi
   const bool tanh_form = approximate == "tanh";
   if (ConservativeMode::is_enabled()) return gelu(add(x, bias), approximate);  // gelu's LRP rule
   return record("bias_gelu", k::bias_gelu(x, bias, tanh_form), {x, bias},
-                [x = x.detach(), bias = bias.detach(), tanh_form](const Tensor& g, const Tensor&, const Node& n) {
-                  auto [dx, dbias] = k::bias_gelu_backward(g, x, bias, tanh_form, n.needs_grad(1));
+                [x = x.detach(), bias = bias.detach(), tanh_form](const Tensor& grad, const Tensor&, const Node& n) {
+                  auto [dx, dbias] = k::bias_gelu_backward(grad, x, bias, tanh_form, n.needs_grad(1));
                   return Grads{dx, dbias};
                 });
 }

@@ -112,6 +112,11 @@ Tensor logsumexp(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim
 // nothing allowed gives zeros (softmax) or -inf (log_softmax), never NaN.
 Tensor softmax(const Tensor& x, int64_t dim, const Tensor& mask = {});
 Tensor log_softmax(const Tensor& x, int64_t dim, const Tensor& mask = {});
+// The naive twins of the fused softmax and log_softmax, composed from primitives:
+// z - logsumexp(z) and exp of it, z = masked_fill(x, !mask, -inf). Equal to the fused ops on
+// every row with an allowed entry; a row with none gives NaN here.
+Tensor softmax_reference(const Tensor& x, int64_t dim, const Tensor& mask = {});
+Tensor log_softmax_reference(const Tensor& x, int64_t dim, const Tensor& mask = {});
 
 // ---- products ----
 // torch.matmul semantics: 1-d operands are promoted and the added dim removed; batch dims
@@ -124,11 +129,11 @@ Tensor einsum(const std::string& equation, const std::vector<Tensor>& operands);
 // ---- fused training-step ops (hand-written backward; kernels in tensor/kernels/fused.cpp) ----
 // Layer norm over the last dim of x (..., D): (x - mean) / sqrt(var + eps) * weight + bias, with
 // the biased variance, like F.layer_norm(x, (D,), weight, bias, eps). weight and bias are (D)
-// or undefined (left out). One pass per row forward and backward; layer_norm_composed is its
+// or undefined (left out). One pass per row forward and backward; layer_norm_reference is its
 // readable twin, built from mean, var and rsqrt, and what runs under ConservativeMode (LRP's
 // LN-rule needs 1/std detached).
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
-Tensor layer_norm_composed(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+Tensor layer_norm_reference(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
 // The residual add and the layer norm after it, in one pass: sum = x + residual (residual
 // broadcast to x) and normed = layer_norm(sum, weight, bias, eps), both differentiable.
 struct AddLayerNorm {

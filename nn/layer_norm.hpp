@@ -1,7 +1,7 @@
 // nn::LayerNorm over the last dim (Ba, Kiros & Hinton 2016; torch.nn.LayerNorm with an int
 // normalized_shape): y = (x - mean) / sqrt(var + eps) * weight + bias, with the biased
 // variance (correction 0). Runs the fused layer_norm op (autograd/ops.hpp); its composed twin
-// layer_norm_composed (mean, var, rsqrt) runs under ConservativeMode. Parameters (when
+// layer_norm_reference (mean, var, rsqrt) runs under ConservativeMode. Parameters (when
 // elementwise_affine): weight (dim) = 1, bias (dim) = 0 (bias only when bias = true).
 #pragma once
 #include "nn/module.hpp"

@@ -65,7 +65,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
   return reduction == "none" ? reshape(loss, targets.shape()) : loss;  // (...) or ()
 }
 
-Tensor cross_entropy_composed(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
+Tensor cross_entropy_reference(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
                               double label_smoothing, const std::string& reduction) {
   check_reduction(reduction, "cross_entropy");
   check_class_inputs(logits, targets, "cross_entropy");

@@ -21,7 +21,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
                      double label_smoothing = 0.0, const std::string& reduction = "mean");
 // The same loss composed from log_softmax, gather and a masked mean: the readable twin the
 // tests compare the fused version with (values and gradients).
-Tensor cross_entropy_composed(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100,
+Tensor cross_entropy_reference(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100,
                               double label_smoothing = 0.0, const std::string& reduction = "mean");
 // Negative log-likelihood of log-probabilities (..., C) at int64 targets (...).
 Tensor nll_loss(const Tensor& log_probs, const Tensor& targets, int64_t ignore_index = -100,

@@ -44,6 +44,34 @@ inline Tensor leaf64(Dims shape, uint64_t seed) {
   return randn(shape, g, kFloat64).requires_grad_();
 }
 
+// A float64 (rows, cols) matrix U diag(s) V^T with the given singular values s (k <= min(rows,
+// cols) of them), U and V products of three Householder reflections I - 2 v v^T / (v^T v) with
+// seeded Gaussian v: orthogonal by construction, without any factorisation routine.
+inline Tensor with_singular_values(int64_t rows, int64_t cols, const std::vector<double>& s, uint64_t seed) {
+  Generator g(seed);
+  auto orthogonal = [&](int64_t n) {  // (n, n) row-major
+    std::vector<double> q(size_t(n * n), 0.0);
+    for (int64_t i = 0; i < n; ++i) q[size_t(i * n + i)] = 1;
+    for (int r = 0; r < 3; ++r) {
+      const std::vector<double> v = randn({n}, g, kFloat64).to_vector<double>();
+      double vv = 0;
+      for (double e : v) vv += e * e;
+      for (int64_t i = 0; i < n; ++i) {  // row i of Q H = q_i - 2 (q_i . v) v^T / vv
+        double d = 0;
+        for (int64_t j = 0; j < n; ++j) d += q[size_t(i * n + j)] * v[size_t(j)];
+        for (int64_t j = 0; j < n; ++j) q[size_t(i * n + j)] -= 2 * d / vv * v[size_t(j)];
+      }
+    }
+    return q;
+  };
+  const std::vector<double> u = orthogonal(rows), w = orthogonal(cols);
+  std::vector<double> a(size_t(rows * cols), 0.0);
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j)
+      for (size_t k = 0; k < s.size(); ++k) a[size_t(i * cols + j)] += u[i * rows + k] * s[k] * w[j * cols + k];
+  return from_vector(a, {rows, cols});
+}
+
 // Message of the exception `f` throws, or "" when it does not throw.
 template <class F>
 std::string error_of(F&& f) {

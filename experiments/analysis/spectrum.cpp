@@ -1,10 +1,11 @@
-// Jacobi eigenvalues and singular-value spectra (spectrum.hpp).
+// Eigenvalues and singular-value spectra through LAPACK (spectrum.hpp).
 #include "experiments/analysis/spectrum.hpp"
 
 #include <algorithm>
 #include <cmath>
 
 #include "attnlab.hpp"
+#include "tensor/lapack.hpp"
 
 namespace attnlab::analysis {
 
@@ -19,54 +20,15 @@ std::vector<double> symmetric_eigenvalues(std::vector<double> a, int64_t n) {
       if (std::abs(a[i * n + j] - a[j * n + i]) > 1e-9 * std::max(scale, 1e-300))
         fail<ValueError>("symmetric_eigenvalues: the matrix is not symmetric: a[{},{}] = {} but a[{},{}] = {}", i, j,
                          a[i * n + j], j, i, a[j * n + i]);
-  auto at = [&](int64_t i, int64_t j) -> double& { return a[i * n + j]; };
-  // Cyclic Jacobi: each rotation zeroes one off-diagonal pair; sweeps until the off-diagonal
-  // mass is negligible against the diagonal (quadratic convergence, ~10 sweeps in practice).
-  for (int sweep = 0; sweep < 100; ++sweep) {
-    double off = 0, diag = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      diag += at(i, i) * at(i, i);
-      for (int64_t j = i + 1; j < n; ++j) off += at(i, j) * at(i, j);
-    }
-    if (off <= 1e-30 * std::max(diag, 1e-300)) break;
-    for (int64_t p = 0; p < n; ++p)
-      for (int64_t q = p + 1; q < n; ++q) {
-        const double apq = at(p, q);
-        if (apq == 0) continue;
-        // The rotation angle that zeroes a[p,q] (the smaller root, for stability).
-        const double theta = (at(q, q) - at(p, p)) / (2 * apq);
-        const double t = (theta >= 0 ? 1.0 : -1.0) / (std::abs(theta) + std::sqrt(theta * theta + 1));
-        const double c = 1 / std::sqrt(t * t + 1), s = t * c;
-        for (int64_t k = 0; k < n; ++k) {  // columns p, q
-          const double akp = at(k, p), akq = at(k, q);
-          at(k, p) = c * akp - s * akq;
-          at(k, q) = s * akp + c * akq;
-        }
-        for (int64_t k = 0; k < n; ++k) {  // rows p, q
-          const double apk = at(p, k), aqk = at(q, k);
-          at(p, k) = c * apk - s * aqk;
-          at(q, k) = s * apk + c * aqk;
-        }
-      }
-  }
-  std::vector<double> ev(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) ev[size_t(i)] = at(i, i);
-  std::sort(ev.begin(), ev.end(), std::greater<>());
-  return ev;
+  return lapack::symmetric_eigenvalues(std::move(a), n);
 }
 
 std::vector<double> singular_values(const Tensor& m) {
   if (m.dim() != 2) fail<ShapeError>("singular_values: expected a 2-D matrix, got shape {}", to_string(m.shape()));
   Tensor x = to(m.detach(), kFloat64);  // (r, c)
+  // One orientation (wide) for both m and m^T, so that the two give bitwise the same values.
   if (x.size(0) > x.size(1)) x = transpose(x, 0, 1);
-  const int64_t n = x.size(0);
-  Tensor gram = matmul(x, transpose(x, 0, 1));  // (n, n), eigenvalues s_j^2
-  std::vector<double> g = gram.to_vector<double>();
-  for (int64_t i = 0; i < n; ++i)  // exact symmetry: matmul's rounding may differ across the diagonal
-    for (int64_t j = i + 1; j < n; ++j) g[size_t(j * n + i)] = g[size_t(i * n + j)];
-  std::vector<double> s = symmetric_eigenvalues(std::move(g), n);
-  for (double& v : s) v = std::sqrt(std::max(v, 0.0));  // rounding can leave tiny negatives
-  return s;
+  return lapack::singular_values(contiguous(x).to_vector<double>(), x.size(0), x.size(1));
 }
 
 std::vector<double> cumulative_energy(const std::vector<double>& s) {

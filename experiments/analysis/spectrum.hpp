@@ -1,9 +1,10 @@
 // Singular-value spectra of small weight matrices, for the low-rank analysis of key/query
 // projections (Cordonnier, Loukas, Jaggi 2020, "Multi-Head Attention: Collaborate Instead of
 // Concatenate", Figure 1): the cumulative energy sum_{j<=r} s_j^2 / sum_j s_j^2 against the
-// rank r. The matrices are at most a few hundred wide, so the singular values come from the
-// eigenvalues of the smaller Gram matrix by cyclic Jacobi rotations (Golub & Van Loan 8.5),
-// in float64: no LAPACK.
+// rank r. The singular values come from LAPACK's SVD (dgesdd, tensor/lapack.hpp) in float64,
+// without forming a Gram matrix, so values down to ~1e-12 of the largest are resolved for a
+// float64 matrix. A float32 matrix is widened to float64 first: its own entries carry rounding of
+// ~6e-8 relative, so for it values below ~1e-7 of the largest are that rounding.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -12,11 +13,12 @@
 
 namespace attnlab::analysis {
 
-// Eigenvalues of the symmetric n x n matrix `a` (row-major, n*n values), largest first.
+// Eigenvalues of the symmetric n x n matrix `a` (row-major, n*n values), largest first (dsyevd).
 // ValueError when a.size() != n*n or `a` is not symmetric (to 1e-9 relative).
 std::vector<double> symmetric_eigenvalues(std::vector<double> a, int64_t n);
 
 // Singular values of a 2-D tensor (any floating dtype), largest first; min(rows, cols) of them.
+// m and m^T give bitwise the same values.
 std::vector<double> singular_values(const Tensor& m);
 
 // c[r-1] = sum_{j<=r} s_j^2 / sum_j s_j^2 for r = 1..s.size(); all ones when every s_j is 0.

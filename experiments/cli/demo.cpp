@@ -3,8 +3,8 @@
 // into a sweep directory (default demo/), then prints the results table and writes the report
 // (report.md, plots/ with the accuracy/speed/memory bubble chart) through the ordinary sweep and
 // report code, so everything in docs/sweeps.md applies: re-running skips complete runs and
-// resumes interrupted ones. `attnlab demo --mlp` is the engine's smoke test from before the
-// runner existed: a two-layer MLP fitted by gradient descent.
+// resumes interrupted ones. `attnlab demo --mlp` is the engine's smoke test without the runner:
+// a two-layer MLP fitted by gradient descent.
 //
 // Why associative recall: it is the smallest task on which attention variants visibly differ
 // within a minute. Answering needs content-based lookup of one key among N positions: dense

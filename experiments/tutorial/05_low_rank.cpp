@@ -7,13 +7,15 @@
 // (Eckart-Young: the best rank-dk approximation of c*I drops N - dk singular values c).
 // `mha(key_size=...)` decouples dk from D/h, which is the paper's fix.
 //
-// Below: the numerical rank of a real head's N x N scores (Gram-Schmidt), then Q and K fitted
+// Below: the numerical rank of a real head's N x N scores (by SVD), then Q and K fitted
 // by gradient descent to the identity pattern, with dk = 2 and dk = N.
+#include <algorithm>
 #include <cmath>
 
 #include "experiments/tutorial/tutorial.hpp"
 #include "nn/attention/mha.hpp"
 #include "nn/attention/registry.hpp"
+#include "tensor/lapack.hpp"
 
 using namespace attnlab;
 using tutorial::check;
@@ -21,36 +23,11 @@ using tutorial::show;
 
 namespace {
 
-// Numerical rank of a float64 matrix (r, c) by modified Gram-Schmidt on its rows, run twice per
-// row for stability: a row adds to the rank when what is left of it after removing its
-// projections on the earlier directions is longer than tol * (largest row norm).
+// Numerical rank of a float64 matrix (r, c): the number of singular values (LAPACK's SVD) above
+// tol * (the largest).
 int64_t numerical_rank(const Tensor& a, double tol = 1e-9) {
-  const int64_t r = a.size(0), c = a.size(1);
-  std::vector<double> m = contiguous(a).to_vector<double>();
-  std::vector<std::vector<double>> basis;
-  double scale = 0;
-  for (int64_t i = 0; i < r; ++i) {
-    double n = 0;
-    for (int64_t j = 0; j < c; ++j) n += m[i * c + j] * m[i * c + j];
-    scale = std::max(scale, std::sqrt(n));
-  }
-  for (int64_t i = 0; i < r; ++i) {
-    std::vector<double> row(m.begin() + i * c, m.begin() + (i + 1) * c);
-    for (int pass = 0; pass < 2; ++pass)
-      for (const auto& b : basis) {
-        double d = 0;
-        for (int64_t j = 0; j < c; ++j) d += row[j] * b[j];
-        for (int64_t j = 0; j < c; ++j) row[j] -= d * b[j];
-      }
-    double n = 0;
-    for (double v : row) n += v * v;
-    n = std::sqrt(n);
-    if (n > tol * scale) {
-      for (double& v : row) v /= n;
-      basis.push_back(row);
-    }
-  }
-  return int64_t(basis.size());
+  const std::vector<double> s = lapack::singular_values(contiguous(a).to_vector<double>(), a.size(0), a.size(1));
+  return std::count_if(s.begin(), s.end(), [&](double v) { return v > tol * s.front(); });
 }
 
 // Fits Q, K (N, dk) by Adam so that Q K^T approaches `target` (N, N); returns ||Q K^T - target||_F.

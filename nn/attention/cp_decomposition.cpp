@@ -19,28 +19,10 @@
 #include "autograd/grad_mode.hpp"
 #include "autograd/ops.hpp"
 #include "tensor/error.hpp"
+#include "tensor/lapack.hpp"
 
 namespace attnlab::nn {
 namespace {
-
-// Lower-triangular L with L L^T = v + ridge I (row-major R x R), or false when a pivot is not
-// positive.
-bool cholesky(const std::vector<double>& v, int64_t R, double ridge, std::vector<double>& L) {
-  L.assign(R * R, 0.0);
-  for (int64_t j = 0; j < R; ++j) {
-    double d = v[j * R + j] + ridge;
-    for (int64_t k = 0; k < j; ++k) d -= L[j * R + k] * L[j * R + k];
-    if (!(d > 0)) return false;
-    const double ljj = std::sqrt(d);
-    L[j * R + j] = ljj;
-    for (int64_t i = j + 1; i < R; ++i) {
-      double s = v[i * R + j];
-      for (int64_t k = 0; k < j; ++k) s -= L[i * R + k] * L[j * R + k];
-      L[i * R + j] = s / ljj;
-    }
-  }
-  return true;
-}
 
 // Columns scaled to unit norm; zero columns stay zero.
 Tensor normalize_columns(const Tensor& x) {
@@ -60,29 +42,20 @@ Tensor solve_normal_equations(const Tensor& v, const Tensor& g) {
                      to_string(g.shape()));
   const int64_t R = v.size(0), n = g.size(0);
   const std::vector<double> vv = v.to_vector<double>();
-  std::vector<double> x = g.to_vector<double>();  // (n, R), solved in place row by row
+  std::vector<double> x = g.to_vector<double>();  // (n, R), solved in place
   double mean_diag = 0;
   for (int64_t j = 0; j < R; ++j) mean_diag += vv[j * R + j] / R;
   for (double d : vv)
     if (!std::isfinite(d)) fail<ValueError>("solve_normal_equations: V has a non-finite entry");
   if (!(mean_diag > 0)) mean_diag = 1;  // V = 0: the ridge alone makes it invertible
+  // Cholesky of V + ridge I (LAPACK dpotrf), the ridge growing tenfold until it succeeds.
   std::vector<double> L;
-  double ridge = 1e-12 * mean_diag;
-  while (!cholesky(vv, R, ridge, L)) ridge *= 10;
-  // V is symmetric, so X V = G is V X^T = G^T: one forward and one back substitution per row.
-  for (int64_t row = 0; row < n; ++row) {
-    double* y = x.data() + row * R;
-    for (int64_t i = 0; i < R; ++i) {  // L z = g
-      double s = y[i];
-      for (int64_t k = 0; k < i; ++k) s -= L[i * R + k] * y[k];
-      y[i] = s / L[i * R + i];
-    }
-    for (int64_t i = R - 1; i >= 0; --i) {  // L^T x = z
-      double s = y[i];
-      for (int64_t k = i + 1; k < R; ++k) s -= L[k * R + i] * y[k];
-      y[i] = s / L[i * R + i];
-    }
+  for (double ridge = 1e-12 * mean_diag;; ridge *= 10) {
+    L = vv;
+    for (int64_t j = 0; j < R; ++j) L[j * R + j] += ridge;
+    if (lapack::cholesky(L, R)) break;
   }
+  lapack::cholesky_solve_right(L, R, x.data(), n);  // X (V + ridge I) = G, one dpotrs call
   return from_vector(x, {n, R});
 }
 

@@ -14,6 +14,7 @@
 #include "autograd/ops.hpp"
 #include "nn/attention/linear_attention.hpp"
 #include "tensor/kernels.hpp"
+#include "tensor/lapack.hpp"
 
 namespace attnlab::nn {
 namespace {
@@ -76,28 +77,12 @@ Tensor Performer::draw_projection(int64_t m, int64_t dk, bool ortho, Generator& 
   const int64_t blocks = (m + dk - 1) / dk;
   for (int64_t b = 0; b < blocks; ++b) {
     const std::vector<double> g = randn({dk, dk}, gen, kFloat64).to_vector<double>();  // (dk, dk)
-    // Gram-Schmidt on the columns of g (twice, for orthogonality to rounding) gives the QR
-    // factor Q with a positive diagonal of R: exactly Q * diag(sign(diag R)) of any QR.
-    std::vector<double> q(dk * dk);  // q[j * dk + i]: column j
-    for (int64_t j = 0; j < dk; ++j) {
-      double* v = &q[j * dk];
-      for (int64_t i = 0; i < dk; ++i) v[i] = g[i * dk + j];
-      for (int pass = 0; pass < 2; ++pass)
-        for (int64_t l = 0; l < j; ++l) {
-          const double* u = &q[l * dk];
-          double r = 0;
-          for (int64_t i = 0; i < dk; ++i) r += u[i] * v[i];
-          for (int64_t i = 0; i < dk; ++i) v[i] -= r * u[i];
-        }
-      double norm = 0;
-      for (int64_t i = 0; i < dk; ++i) norm += v[i] * v[i];
-      norm = std::sqrt(norm);
-      for (int64_t i = 0; i < dk; ++i) v[i] /= norm;
-    }
+    // QR by LAPACK, signs fixed so that R has a positive diagonal: Q * diag(sign(diag R)).
+    const std::vector<double> q = lapack::orthogonal_q(g, dk);  // (dk, dk) row-major
     // The block's rows are Q's columns (the reference code stacks Q^T); the last block keeps
     // only the rows still needed.
     for (int64_t r = 0; r < std::min(dk, m - b * dk); ++r)
-      for (int64_t i = 0; i < dk; ++i) w[(b * dk + r) * dk + i] = q[r * dk + i];
+      for (int64_t i = 0; i < dk; ++i) w[(b * dk + r) * dk + i] = q[i * dk + r];
   }
   // Unit rows rescaled to the norms of Gaussian vectors, so that each row alone is distributed
   // like an unstructured Gaussian row.

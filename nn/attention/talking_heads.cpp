@@ -20,7 +20,7 @@ VariantSchema TalkingHeadsAttention::schema() {
   s.options.insert(s.options.begin() + 1,
                    {{"logit_heads", T::Int, "", "heads hk of the q/k projections and logits (default h)", {}},
                     {"value_heads", T::Int, "", "heads hv of the value projection and gates (default h)", {}}});
-  // after key_size and value_size (now at 3 and 4)
+  // after key_size and value_size (at 3 and 4 once logit_heads and value_heads are in)
   s.options.insert(s.options.begin() + 5,
                    {{"pre", T::Bool, "true", "learned pre-softmax mix pre_mix (hk, h); false needs hk = h", {}},
                     {"post", T::Bool, "true", "learned post-softmax mix post_mix (h, hv); false needs hv = h", {}},

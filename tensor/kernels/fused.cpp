@@ -1,6 +1,6 @@
 // Fused training-step passes over rows (the last dim): layer norm (Ba, Kiros & Hinton 2016),
 // optionally of a residual sum x + r, and gelu(x + bias). The composed forms they replace
-// (layer_norm_composed in autograd/composed.cpp; gelu(add(x, bias))) read and write the whole
+// (layer_norm_reference in autograd/composed.cpp; gelu(add(x, bias))) read and write the whole
 // (R, D) activation once per elementwise step; here each row is read once from memory and the
 // per-row work (mean, variance, normalise, affine; or add, GELU) happens while it is in L1.
 //

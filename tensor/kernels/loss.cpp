@@ -5,7 +5,7 @@
 //          = (1 - eps) * nll_r + eps * mean_c(-log p_rc)          (PyTorch's label smoothing)
 //   dloss_r / dx_rc = p_rc - q_rc,  q_rc = (1 - eps) [c == t_r] + eps / C.
 // Rows whose target is ignore_index have loss 0 and gradient 0. The composed twin that tests
-// compare against is nn::cross_entropy_composed (log_softmax, gather, masked mean).
+// compare against is nn::cross_entropy_reference (log_softmax, gather, masked mean).
 #include <cmath>
 
 #include "tensor/kernels.hpp"

@@ -1,7 +1,7 @@
 // Softmax and log-softmax along one dim, fused (one read, one write per pass), with an
 // optional boolean mask. A row with no allowed entry gives zeros (softmax) or -inf
-// (log_softmax), never NaN. The composed twin that tests compare against, exp(x - logsumexp(x))
-// built from primitives, is in tests/autograd/test_fused_vs_composed.cpp.
+// (log_softmax), never NaN. The naive twin, exp(x - logsumexp(x)) composed from primitives, is
+// softmax_reference (autograd/ops.hpp); tests/autograd/test_fused_vs_composed.cpp compares them.
 #include <cmath>
 #include <limits>
 

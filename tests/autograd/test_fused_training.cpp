@@ -50,7 +50,7 @@ void check_twins(const char* what, const std::function<Tensor(In)>& fused, const
 }
 
 Tensor ln_fused(In x) { return layer_norm(x[0], x[1], x[2], 1e-5); }
-Tensor ln_composed(In x) { return layer_norm_composed(x[0], x[1], x[2], 1e-5); }
+Tensor ln_composed(In x) { return layer_norm_reference(x[0], x[1], x[2], 1e-5); }
 // Both outputs of add_layer_norm, stacked, so that one upstream gradient reaches both.
 Tensor add_ln_fused(In x) {
   AddLayerNorm a = add_layer_norm(x[0], x[1], x[2], x[3], 1e-5);
@@ -58,7 +58,7 @@ Tensor add_ln_fused(In x) {
 }
 Tensor add_ln_composed(In x) {
   Tensor s = x[0] + x[1];
-  return stack({s, layer_norm_composed(s, x[2], x[3], 1e-5)});
+  return stack({s, layer_norm_reference(s, x[2], x[3], 1e-5)});
 }
 
 TEST_CASE("fused layer_norm, add_layer_norm and bias_gelu pass float64 gradcheck") {
@@ -104,10 +104,10 @@ TEST_CASE("fused layer_norm and add_layer_norm equal the composed twin in float3
       const double tol = dt == kFloat64 ? 1e-10 : 3e-5;
       check_twins("layer_norm", ln_fused, ln_composed, {x, w, b}, dt, tol);
       check_twins("layer_norm, no affine", [](In in) { return layer_norm(in[0], {}, {}, 1e-5); },
-                  [](In in) { return layer_norm_composed(in[0], {}, {}, 1e-5); }, {x}, dt, tol);
+                  [](In in) { return layer_norm_reference(in[0], {}, {}, 1e-5); }, {x}, dt, tol);
       check_twins("layer_norm, non-contiguous input",
                   [](In in) { return layer_norm(transpose(in[0], 0, 1), in[1], in[2], 1e-5); },
-                  [](In in) { return layer_norm_composed(transpose(in[0], 0, 1), in[1], in[2], 1e-5); }, {x, w, b},
+                  [](In in) { return layer_norm_reference(transpose(in[0], 0, 1), in[1], in[2], 1e-5); }, {x, w, b},
                   dt, tol);
       check_twins("add_layer_norm", add_ln_fused, add_ln_composed, {x, r, w, b}, dt, tol);
     }
@@ -155,7 +155,7 @@ TEST_CASE("under ConservativeMode layer_norm is the composed form with 1/std con
     Tensor xl = x.detach().requires_grad_();
     std::optional<ConservativeModeGuard> guard;
     if (conservative) guard.emplace();
-    Tensor y = composed ? layer_norm_composed(xl, w, b) : layer_norm(xl, w, b);
+    Tensor y = composed ? layer_norm_reference(xl, w, b) : layer_norm(xl, w, b);
     sum(y * y).backward();
     return xl.grad();
   };
@@ -169,7 +169,7 @@ TEST_CASE("under ConservativeMode layer_norm is the composed form with 1/std con
     Tensor xl = x.detach().requires_grad_();
     sum(square(add_layer_norm(xl, x, w, b).normed)).backward();
     Tensor xc = x.detach().requires_grad_();
-    sum(square(layer_norm_composed(xc + x, w, b))).backward();
+    sum(square(layer_norm_reference(xc + x, w, b))).backward();
     CHECK(allclose(xl.grad(), xc.grad(), 1e-12, 1e-12));
   }
 }

@@ -1,7 +1,7 @@
 // The fused softmax / log_softmax kernels (tensor/kernels/softmax.cpp, with hand-written
-// backward) against their composed twins built from primitives, exp(x - logsumexp(x)) and
-// x - logsumexp(x), in value and in gradient (docs/conventions.md, "Few primitives": a fused kernel
-// is tested against the composed version). Masks are composed as masked_fill(x, !mask, -inf).
+// backward) against their twins softmax_reference / log_softmax_reference (autograd/ops.hpp),
+// composed from primitives as exp(x - logsumexp(x)) and x - logsumexp(x), in value and in
+// gradient (docs/conventions.md, "Few primitives" and "Each fast path keeps a naive twin").
 #include <limits>
 
 #include "grad_helpers.hpp"
@@ -12,15 +12,6 @@ using namespace attnlab;
 using namespace attnlab::testing;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
-
-Tensor composed_log_softmax(const Tensor& x, int64_t dim, const Tensor& mask) {
-  Tensor z = mask.defined() ? masked_fill(x, logical_not(mask), -kInf) : x;
-  return z - logsumexp(z, {dim}, true);
-}
-
-Tensor composed_softmax(const Tensor& x, int64_t dim, const Tensor& mask) {
-  return exp(composed_log_softmax(x, dim, mask));
-}
 
 // Value and gradient (for one random upstream gradient) of f at a fresh copy of x.
 std::pair<Tensor, Tensor> value_and_grad(const std::function<Tensor(const Tensor&)>& f, const Tensor& x0,
@@ -45,7 +36,9 @@ void compare(const char* what, const Tensor& x, int64_t dim, const Tensor& mask,
     auto fused = value_and_grad(
         [&](const Tensor& t) { return log_form ? log_softmax(t, dim, mask) : softmax(t, dim, mask); }, x, up);
     auto composed = value_and_grad(
-        [&](const Tensor& t) { return log_form ? composed_log_softmax(t, dim, mask) : composed_softmax(t, dim, mask); },
+        [&](const Tensor& t) {
+          return log_form ? log_softmax_reference(t, dim, mask) : softmax_reference(t, dim, mask);
+        },
         x, up);
     CHECK(allclose(fused.first, composed.first, tol, tol));
     CHECK(allclose(fused.second, composed.second, tol, tol));
@@ -87,7 +80,7 @@ TEST_CASE("softmax of -inf logits: fused and composed agree, masked entries get 
   Tensor x0 = t64({0.5, -kInf, 1.5, -kInf, 2.0, 0.0}, {2, 3});
   Tensor up = t64({1.0, 2.0, 3.0, 4.0, 5.0, 6.0}, {2, 3});
   auto fused = value_and_grad([](const Tensor& t) { return softmax(t, -1); }, x0, up);
-  auto composed = value_and_grad([](const Tensor& t) { return composed_softmax(t, -1, {}); }, x0, up);
+  auto composed = value_and_grad([](const Tensor& t) { return softmax_reference(t, -1, {}); }, x0, up);
   CHECK(allclose(fused.first, composed.first, 1e-12, 1e-12));
   CHECK(allclose(fused.second, composed.second, 1e-12, 1e-12));
   CHECK(fused.first.at({0, 1}) == 0.0);

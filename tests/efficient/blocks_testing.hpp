@@ -31,7 +31,7 @@ inline Tensor linear(const nn::Linear& l, const Tensor& in) {
 
 // Dense twin of a ProjectedAttention layer. With `global_rows`, those query rows use
 // q_global/k_global/v_global (longformer's separate_global) against every key the rule allows.
-inline Dense dense_twin(const nn::ProjectedAttention& a, const Tensor& x, const Tensor& c, const Rule& rule,
+inline Dense naive_dense(const nn::ProjectedAttention& a, const Tensor& x, const Tensor& c, const Rule& rule,
                         const nn::Longformer* separate = nullptr) {
   const int64_t B = x.size(0), N = x.size(1), M = c.size(1), h = a.config.heads;
   const double scale = 1.0 / std::sqrt(double(a.config.key_size));

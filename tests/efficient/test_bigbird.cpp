@@ -54,7 +54,7 @@ void check_against_twin(const std::string& spec, int64_t N, int64_t M, const Ten
   Tensor x = randn({2, N, 8}, g, kFloat64);
   Tensor ctx = M != N ? randn({2, M, 8}, g, kFloat64) : Tensor();
   auto r = a->forward(x, ctx, mask, false, true);
-  Dense want = dense_twin(bb, x, ctx.defined() ? ctx : x, bigbird_rule(bb, mask));
+  Dense want = naive_dense(bb, x, ctx.defined() ? ctx : x, bigbird_rule(bb, mask));
   check_close("output", r.output, want.output);
   check_close("attention", r.attention, want.attention);
 }
@@ -105,7 +105,7 @@ TEST_CASE("bigbird counts each key once: loaded random entries that repeat windo
   Tensor x = randn({2, 12, 8}, g, kFloat64);
   Tensor mask = rows_mask(2, 12, 12, 8);
   auto r = a->forward(x, {}, mask, false, true);
-  Dense want = dense_twin(bb, x, x, bigbird_rule(bb, mask));
+  Dense want = naive_dense(bb, x, x, bigbird_rule(bb, mask));
   check_close("output", r.output, want.output);
   check_close("attention", r.attention, want.attention);
   // every attention row sums to one (or zero when fully masked): nothing counted twice

@@ -29,7 +29,7 @@ Vec compress(const nn::StridedConv1d& c, const Vec& t, int64_t M, int64_t s) {
 
 // Kc[j, o] = bias[o] + sum_{c, t} W[o, c, t] K[j*s + t, c] with masked K rows zeroed; compressed
 // row j allowed iff one of keys j*s .. j*s + s-1 is; O_i = softmax(q_i Kc_i^T / sqrt(dk)) Vc_i.
-Tensor twin(const nn::CompressedAttention& l, const Tensor& x, const Tensor& ctx, const Tensor& mask) {
+Tensor naive_compressed(const nn::CompressedAttention& l, const Tensor& x, const Tensor& ctx, const Tensor& mask) {
   const int64_t B = x.size(0), N = x.size(1), M = ctx.size(1), h = l.config.heads, H = l.settings.kv_heads;
   const int64_t dk = l.config.key_size, dv = l.config.value_size, s = l.settings.stride, Mc = M / s;
   auto allowed = key_allowed(mask, B, 1, M);
@@ -69,11 +69,11 @@ TEST_CASE("compressed matches its dense twin: self, cross-attention, key masks, 
     auto a = layer64(spec, 8);
     auto& l = static_cast<nn::CompressedAttention&>(*a);
     Tensor x6 = narrow(ctx, 1, 0, 6);
-    CHECK(allclose(a->forward(x6).output, twin(l, x6, x6, {}), 1e-10, 1e-12));
-    CHECK(allclose(a->forward(x, ctx).output, twin(l, x, ctx, {}), 1e-10, 1e-12));
+    CHECK(allclose(a->forward(x6).output, naive_compressed(l, x6, x6, {}), 1e-10, 1e-12));
+    CHECK(allclose(a->forward(x, ctx).output, naive_compressed(l, x, ctx, {}), 1e-10, 1e-12));
     if (l.settings.stride == 2) {
       Tensor y = a->forward(x, ctx, pad).output;
-      CHECK(allclose(y, twin(l, x, ctx, pad), 1e-10, 1e-12));
+      CHECK(allclose(y, naive_compressed(l, x, ctx, pad), 1e-10, 1e-12));
       Tensor bias = l.out_proj->bias.defined() ? l.out_proj->bias : zeros({8}, kFloat64);
       for (int64_t n = 0; n < 5; ++n) CHECK(max_diff(select(select(y, 0, 1), 0, n), bias) == 0.0);
       for (double e : y.to_vector<double>()) CHECK(std::isfinite(e));

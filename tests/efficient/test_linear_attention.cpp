@@ -1,7 +1,7 @@
 // linear (docs/attention.md, "linear"; Katharopoulos et al. 2020): the chunked causal scan
-// against its naive twin, the layer against plain loops of the documented formula (causal, key
-// masks, general masks, cross-attention, empty rows with eps = 0), gradchecks, pruning, linear
-// memory in N, errors, the golden cases and the docs example.
+// against its naive twin causal_product_reference, the layer against plain loops of the
+// documented formula (causal, key masks, general masks, cross-attention, empty rows with
+// eps = 0), gradchecks, pruning, linear memory in N, errors, the golden cases and the docs example.
 #include "kernelmix_testing.hpp"
 #include "nn/attention/kernels/linear_scan.hpp"
 #include "nn/attention/linear_attention.hpp"
@@ -12,23 +12,6 @@ using namespace attnlab::testing::kernelmix;
 using nn::make_attention;
 
 namespace {
-
-// The naive twin of causal_product: out[r, n] = sum_{m <= n} (a[r, n] . b[r, m]) c[r, m]
-// (m >= n when reversed), with plain loops.
-Tensor naive_product(const Tensor& a, const Tensor& b, const Tensor& c, bool reverse) {
-  const int64_t R = a.size(0), N = a.size(1), F = a.size(2), E = c.size(2);
-  auto av = a.to_vector<double>(), bv = b.to_vector<double>(), cv = c.to_vector<double>();
-  std::vector<double> o(R * N * E, 0.0);
-  for (int64_t r = 0; r < R; ++r)
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t m = 0; m < N; ++m) {
-        if (reverse ? m < n : m > n) continue;
-        double w = 0;
-        for (int64_t f = 0; f < F; ++f) w += av[(r * N + n) * F + f] * bv[(r * N + m) * F + f];
-        for (int64_t e = 0; e < E; ++e) o[(r * N + n) * E + e] += w * cv[(r * N + m) * E + e];
-      }
-  return from_vector(o, {R, N, E});
-}
 
 std::vector<double> elu_plus_one(const std::vector<double>& z) {
   std::vector<double> out(z.size());
@@ -55,13 +38,14 @@ TEST_CASE("causal_product equals its masked quadratic form across chunk boundari
       CAPTURE(reverse);
       Generator g(N);
       Tensor a = randn({3, N, 3}, g, kFloat64), b = randn({3, N, 3}, g, kFloat64), c = randn({3, N, 4}, g, kFloat64);
-      CHECK(allclose(nn::scan::causal_product(a, b, c, reverse), naive_product(a, b, c, reverse), 1e-10, 1e-10));
+      CHECK(allclose(nn::scan::causal_product(a, b, c, reverse), nn::scan::causal_product_reference(a, b, c, reverse),
+                     1e-10, 1e-10));
     }
   }
-  // float32 agrees with the float64 twin to float rounding
+  // float32 agrees with the twin (summed in double, rounded to float32) to float rounding
   Generator g(3);
   Tensor a = randn({2, 130, 4}, g), b = randn({2, 130, 4}, g), c = randn({2, 130, 5}, g);
-  CHECK(allclose(nn::scan::causal_product(a, b, c), naive_product(a, b, c, false), 1e-4, 1e-3));
+  CHECK(allclose(nn::scan::causal_product(a, b, c), nn::scan::causal_product_reference(a, b, c), 1e-4, 1e-3));
 }
 
 TEST_CASE("causal_product gradcheck across a chunk boundary, causal and anti-causal") {
@@ -76,7 +60,7 @@ TEST_CASE("causal_product gradcheck across a chunk boundary, causal and anti-cau
   Generator g(4);
   Tensor a = transpose(randn({2, 3, 5}, g, kFloat64), 1, 2), b = transpose(randn({2, 3, 5}, g, kFloat64), 1, 2);
   Tensor c = randn({2, 5, 2}, g, kFloat64);
-  CHECK(allclose(nn::scan::causal_product(a, b, c), naive_product(a, b, c, false), 1e-10, 1e-12));
+  CHECK(allclose(nn::scan::causal_product(a, b, c), nn::scan::causal_product_reference(a, b, c), 1e-10, 1e-12));
 }
 
 TEST_CASE("linear equals the plain-loop formula: self, causal, cross, key masks, general masks, empty rows") {

@@ -13,7 +13,7 @@ namespace {
 
 // K' = E[:, :M] K, V' = F[:, :M] V per head, with masked keys' rows zeroed first; O = softmax(q
 // K'^T / sqrt(dk)) V'. Plain loops over the layer's weights.
-Tensor twin(const nn::Linformer& l, const Tensor& x, const Tensor& ctx, const Tensor& mask) {
+Tensor naive_linformer(const nn::Linformer& l, const Tensor& x, const Tensor& ctx, const Tensor& mask) {
   const int64_t B = x.size(0), N = x.size(1), M = ctx.size(1), h = l.config.heads;
   const int64_t dk = l.config.key_size, dv = l.config.value_size, kp = l.settings.proj_len, L = l.settings.max_len;
   const Vec ek = l.proj_k.to_vector<double>();
@@ -60,11 +60,11 @@ TEST_CASE("linformer matches its dense twin: self, cross-attention, share=kv, ke
     CAPTURE(spec);
     auto a = layer64(spec, 8);
     auto& l = static_cast<nn::Linformer&>(*a);
-    CHECK(allclose(a->forward(x).output, twin(l, x, x, {}), 1e-10, 1e-12));
-    CHECK(allclose(a->forward(x, ctx).output, twin(l, x, ctx, {}), 1e-10, 1e-12));
+    CHECK(allclose(a->forward(x).output, naive_linformer(l, x, x, {}), 1e-10, 1e-12));
+    CHECK(allclose(a->forward(x, ctx).output, naive_linformer(l, x, ctx, {}), 1e-10, 1e-12));
     Tensor y = a->forward(x, ctx, pad).output;
-    CHECK(allclose(y, twin(l, x, ctx, pad), 1e-10, 1e-12));
-    CHECK(allclose(a->forward(x, ctx, per_head).output, twin(l, x, ctx, per_head), 1e-10, 1e-12));
+    CHECK(allclose(y, naive_linformer(l, x, ctx, pad), 1e-10, 1e-12));
+    CHECK(allclose(a->forward(x, ctx, per_head).output, naive_linformer(l, x, ctx, per_head), 1e-10, 1e-12));
     Tensor bias = l.out_proj->bias.defined() ? l.out_proj->bias : zeros({8}, kFloat64);
     for (int64_t n = 0; n < 5; ++n) CHECK(max_diff(select(select(y, 0, 1), 0, n), bias) == 0.0);
   }

@@ -80,7 +80,7 @@ void check_against_twin(const Case& c) {
   Tensor mask = make_mask(c.mask, B, c.N, M, 5);
   const bool causal = c.causal_arg || L.config.causal;
   auto r = a->forward(x, ctx, mask, c.causal_arg, true);
-  Dense want = dense_twin(L, x, c.M ? ctx : x, longformer_rule(L, c.N, causal, mask), &L);
+  Dense want = naive_dense(L, x, c.M ? ctx : x, longformer_rule(L, c.N, causal, mask), &L);
   check_close("output", r.output, want.output);
   check_close("attention", r.attention, want.attention);
   for (double v : r.output.to_vector<double>()) REQUIRE(std::isfinite(v));

@@ -6,6 +6,7 @@
 #include "lowrank_helpers.hpp"
 #include "nn/attention/mha.hpp"
 #include "nn/attention/nystrom.hpp"
+#include "tensor/lapack.hpp"
 
 using namespace attnlab;
 using namespace attnlab::testing;
@@ -52,7 +53,7 @@ struct Twin {
 };
 
 // The documented formulas written out densely: att = F Z Bm (N x M), O = att V (+ conv of V).
-Twin twin(const nn::NystromAttention& l, const Tensor& x, const Tensor& ctx_or_empty, const Tensor& mask) {
+Twin naive_nystrom(const nn::NystromAttention& l, const Tensor& x, const Tensor& ctx_or_empty, const Tensor& mask) {
   const bool self = !ctx_or_empty.defined();
   const Tensor& ctx = self ? x : ctx_or_empty;
   const int64_t B = x.size(0), N = x.size(1), M = ctx.size(1), h = l.config.heads;
@@ -95,34 +96,6 @@ Twin twin(const nn::NystromAttention& l, const Tensor& x, const Tensor& ctx_or_e
   return {finish(l, o, N), from_vector(att_all, {B, h, N, M})};
 }
 
-// Eigenvalues of a symmetric n x n matrix by cyclic Jacobi rotations.
-Vec sym_eigenvalues(Vec s, int64_t n) {
-  for (int sweep = 0; sweep < 100; ++sweep) {
-    double off = 0;
-    for (int64_t p = 0; p < n; ++p)
-      for (int64_t q = p + 1; q < n; ++q) off += s[p * n + q] * s[p * n + q];
-    if (off < 1e-30) break;
-    for (int64_t p = 0; p < n; ++p)
-      for (int64_t q = p + 1; q < n; ++q) {
-        if (std::abs(s[p * n + q]) < 1e-300) continue;
-        const double theta = (s[q * n + q] - s[p * n + p]) / (2 * s[p * n + q]);
-        const double t = (theta >= 0 ? 1 : -1) / (std::abs(theta) + std::sqrt(theta * theta + 1));
-        const double c = 1 / std::sqrt(t * t + 1), sn = t * c;
-        for (int64_t r = 0; r < n; ++r) {  // columns p, q
-          const double a = s[r * n + p], b = s[r * n + q];
-          s[r * n + p] = c * a - sn * b, s[r * n + q] = sn * a + c * b;
-        }
-        for (int64_t r = 0; r < n; ++r) {  // rows p, q
-          const double a = s[p * n + r], b = s[q * n + r];
-          s[p * n + r] = c * a - sn * b, s[q * n + r] = sn * a + c * b;
-        }
-      }
-  }
-  Vec ev(n);
-  for (int64_t i = 0; i < n; ++i) ev[i] = s[i * n + i];
-  return ev;
-}
-
 double frobenius(const Vec& a) {
   double s = 0;
   for (double e : a) s += e * e;
@@ -147,7 +120,7 @@ TEST_CASE("nystrom matches its dense twin: output and F pinv(A) Bm, self, cross-
     auto& l = static_cast<nn::NystromAttention&>(*a);
     for (const Tensor& mask : {Tensor(), pad4, per_head}) {
       auto r = a->forward(x, {}, mask, false, true);
-      Twin t = twin(l, x, {}, mask);
+      Twin t = naive_nystrom(l, x, {}, mask);
       CHECK(allclose(r.output, t.output, 1e-10, 1e-12));
       CHECK(allclose(r.attention, t.attention, 1e-10, 1e-12));
     }
@@ -156,7 +129,7 @@ TEST_CASE("nystrom matches its dense twin: output and F pinv(A) Bm, self, cross-
     for (int64_t n = 0; n < 4; ++n) CHECK(max_diff(select(select(y, 0, 1), 0, n), bias) == 0.0);
     if (!l.conv && l.settings.landmarks <= 2) {
       auto r = a->forward(x, ctx, pad6, false, true);
-      Twin t = twin(l, x, ctx, pad6);
+      Twin t = naive_nystrom(l, x, ctx, pad6);
       CHECK(allclose(r.output, t.output, 1e-10, 1e-12));
       CHECK(allclose(r.attention, t.attention, 1e-10, 1e-12));
       for (double e : narrow(r.attention, 0, 1, 1).to_vector<double>()) CHECK(e == 0.0);
@@ -203,7 +176,7 @@ TEST_CASE("nystrom with landmarks = N converges to mha: |O_i - P_i V_i| <= f^k(e
       for (int64_t j = 0; j < N; ++j) c += p[j * N + r], s += p[r * N + j];
       n1 = std::max(n1, c), ninf = std::max(ninf, s);
     }
-    Vec ev = sym_eigenvalues(mm(p, tr(p, N, N), N, N, N), N);
+    Vec ev = lapack::symmetric_eigenvalues(mm(p, tr(p, N, N), N, N, N), N);
     e0[i] = 1 - *std::min_element(ev.begin(), ev.end()) / (n1 * ninf);
     pv_norm[i] = frobenius(head(pv_all, N, h * dv, i, dv));
     INFO("head " << i << ": e0 = " << e0[i]);

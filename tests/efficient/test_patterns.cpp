@@ -52,7 +52,7 @@ struct Twin {
 // Dense masked softmax attention with plain loops over the layer's own weights: the allowed set
 // is rule(n, m) && (m <= n if causal) && mask[b, h, n, m]. `dropout_seed` != 0 applies the
 // kernel's counter-based dropout draws at `rate`.
-Twin twin(nn::ProjectedAttention& a, const Tensor& x, const Tensor& ctx, const Tensor& mask, bool causal,
+Twin naive_pattern(nn::ProjectedAttention& a, const Tensor& x, const Tensor& ctx, const Tensor& mask, bool causal,
           const Rule& rule, double rate = 0, uint64_t dropout_seed = 0) {
   const int64_t B = x.size(0), N = x.size(1), M = ctx.size(1);
   const int64_t h = a.config.heads, dk = a.config.key_size, dv = a.config.value_size;
@@ -157,7 +157,7 @@ TEST_CASE("every pattern equals its dense-masked twin: self, cross, causal, mask
           CAPTURE(causal);
           Tensor mask = masking == 0 ? Tensor() : masking == 1 ? padding_mask(2, M) : row_mask(2, N, M, 3);
           auto r = a->forward(x, c, mask, causal, true);
-          Twin t = twin(pa, x, keys, mask, causal, vc.rule);
+          Twin t = naive_pattern(pa, x, keys, mask, causal, vc.rule);
           CHECK(allclose(r.output, t.output, 1e-10, 1e-12));
           CHECK(allclose(r.attention, t.attention, 1e-10, 1e-12));
         }
@@ -175,7 +175,7 @@ TEST_CASE("sparse_strided and sparse_fixed default to causal; the twin agrees wi
     Tensor x = randn({2, 21, 8}, g, kFloat64);
     Tensor mask = padding_mask(2, 21);
     auto r = a->forward(x, {}, mask, false, true);
-    Twin t = twin(projected(a), x, x, mask, true, vc.rule);
+    Twin t = naive_pattern(projected(a), x, x, mask, true, vc.rule);
     CHECK(allclose(r.output, t.output, 1e-10, 1e-12));
     CHECK(allclose(r.attention, t.attention, 1e-10, 1e-12));
     CHECK(r.attention.at({0, 0, 2, 3}) == 0.0);  // causal
@@ -200,11 +200,11 @@ TEST_CASE("longer sequences: several tiles per part, every variant at defaults-l
     Generator g(4);
     Tensor x = randn({1, 150, 8}, g, kFloat64);
     Tensor mask = row_mask(1, 150, 150, 5);
-    Twin t = twin(projected(a), x, x, mask, causal, vc.rule);
+    Twin t = naive_pattern(projected(a), x, x, mask, causal, vc.rule);
     CHECK(allclose(a->forward(x, {}, mask).output, t.output, 1e-10, 1e-12));
     if (!causal) {
       Tensor ctx = randn({1, 170, 8}, g, kFloat64);
-      CHECK(allclose(a->forward(x, ctx).output, twin(projected(a), x, ctx, {}, false, vc.rule).output, 1e-10, 1e-12));
+      CHECK(allclose(a->forward(x, ctx).output, naive_pattern(projected(a), x, ctx, {}, false, vc.rule).output, 1e-10, 1e-12));
     }
   }
 }
@@ -366,11 +366,11 @@ TEST_CASE("attention dropout (train mode) is the kernel's counter-based draw on 
     Generator before = pa.gen;
     const uint64_t seed = before.next_u64();  // the draw forward() makes
     Tensor y = a->forward(x).output;
-    Twin t = twin(pa, x, x, {}, pa.config.causal, vc.rule, pa.config.attn_dropout, seed);
+    Twin t = naive_pattern(pa, x, x, {}, pa.config.causal, vc.rule, pa.config.attn_dropout, seed);
     CHECK(allclose(y, t.output, 1e-10, 1e-12));
     CHECK_FALSE(allclose(a->forward(x).output, y));  // a new draw per call
     a->eval();
-    CHECK(allclose(a->forward(x).output, twin(pa, x, x, {}, pa.config.causal, vc.rule).output, 1e-10, 1e-12));
+    CHECK(allclose(a->forward(x).output, naive_pattern(pa, x, x, {}, pa.config.causal, vc.rule).output, 1e-10, 1e-12));
   }
 }
 

@@ -55,7 +55,7 @@ struct Twin {
   Tensor attention;  // (B, h, N, N): the effective attention over the original keys
 };
 
-Twin twin(const nn::SinkhornAttention& l, const Tensor& x, const Tensor& mask) {
+Twin naive_sinkhorn(const nn::SinkhornAttention& l, const Tensor& x, const Tensor& mask) {
   const int64_t B = x.size(0), N = x.size(1), h = l.config.heads, dk = l.config.key_size, dv = l.config.value_size;
   const int64_t bs = l.settings.block, nb = N / bs;
   auto allowed = key_allowed(mask, B, h, N);
@@ -132,7 +132,7 @@ TEST_CASE("sinkhorn matches its dense twin: output and effective attention, key 
     }
     for (const Tensor& mask : {Tensor(), pad, per_head}) {
       auto r = a->forward(x, {}, mask, false, true);
-      Twin t = twin(l, x, mask);
+      Twin t = naive_sinkhorn(l, x, mask);
       CHECK(allclose(r.output, t.output, 1e-10, 1e-12));
       CHECK(allclose(r.attention, t.attention, 1e-10, 1e-12));
     }

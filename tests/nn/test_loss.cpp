@@ -1,4 +1,4 @@
-// Losses: cross_entropy (fused) and cross_entropy_composed pinned to PyTorch's numbers for
+// Losses: cross_entropy (fused) and cross_entropy_reference pinned to PyTorch's numbers for
 // every reduction with and without label smoothing and with an ignored target; fused == composed
 // in value and gradient; gradchecks; errors; nll_loss and mse_loss.
 #include <limits>
@@ -11,7 +11,8 @@ using namespace attnlab::testing;
 namespace {
 
 using LossFn = Tensor (*)(const Tensor&, const Tensor&, int64_t, double, const std::string&);
-const std::pair<const char*, LossFn> kBoth[] = {{"fused", nn::cross_entropy}, {"composed", nn::cross_entropy_composed}};
+const std::pair<const char*, LossFn> kBoth[] = {{"fused", nn::cross_entropy},
+                                                {"reference", nn::cross_entropy_reference}};
 
 struct TorchCase {
   const char* reduction;
@@ -87,7 +88,7 @@ TEST_CASE("fused cross_entropy equals the composed twin in value and gradient (f
     for (double ls : {0.0, 0.2, 1.0}) {
       INFO(red << " " << ls);
       Tensor a = clone(logits0).requires_grad_(), b = clone(logits0).requires_grad_();
-      Tensor la = nn::cross_entropy(a, targets, 3, ls, red), lb = nn::cross_entropy_composed(b, targets, 3, ls, red);
+      Tensor la = nn::cross_entropy(a, targets, 3, ls, red), lb = nn::cross_entropy_reference(b, targets, 3, ls, red);
       CHECK(allclose(la, lb, 1e-5, 1e-6));
       Tensor up = randn(la.shape(), g);
       sum(la * up).backward();
@@ -106,8 +107,8 @@ TEST_CASE("gradcheck: fused cross_entropy on non-contiguous logits, every reduct
       INFO(red << " " << ls);
       check_grad("cross_entropy", [&](const std::vector<Tensor>& in) { return nn::cross_entropy(in[0], targets, -1, ls, red); },
                  {logits});
-      check_grad("cross_entropy_composed",
-                 [&](const std::vector<Tensor>& in) { return nn::cross_entropy_composed(in[0], targets, -1, ls, red); },
+      check_grad("cross_entropy_reference",
+                 [&](const std::vector<Tensor>& in) { return nn::cross_entropy_reference(in[0], targets, -1, ls, red); },
                  {logits});
     }
   // Unbatched: logits (C), target ().

@@ -59,6 +59,23 @@ TEST_CASE("spectrum: singular values of known matrices, cumulative energy and en
   CHECK(error_of([] { symmetric_eigenvalues({1, 2, 3}, 2); }).find("n*n = 4") != std::string::npos);
 }
 
+TEST_CASE("spectrum: singular values 1 ... 1e-12 resolved in float64, to ~1e-7 of the largest in float32") {
+  std::vector<double> want;
+  for (int e = 0; e <= 12; ++e) want.push_back(std::pow(10.0, -e));
+  const Tensor m = with_singular_values(16, 13, want, 7);  // (16, 13), tall
+  const std::vector<double> s = singular_values(m);
+  REQUIRE(s.size() == want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    CAPTURE(i);
+    CHECK(std::abs(s[i] - want[i]) <= 1e-3 * want[i]);
+  }
+  // float32 entries carry ~6e-8 relative rounding: values down to 1e-5 still come out to 1%,
+  // those below ~1e-7 are that rounding (never the exact 1e-12).
+  const std::vector<double> s32 = singular_values(to(m, kFloat32));
+  for (size_t i = 0; i <= 5; ++i) CHECK(std::abs(s32[i] - want[i]) <= 1e-2 * want[i]);
+  CHECK(std::abs(s32.back() - want.back()) > 10 * want.back());
+}
+
 TEST_CASE("spectrum: concat_qk_products stacks Wq_i^T Wk_i per head") {
   Tensor wq = leaf64({6, 4}, 3).detach(), wk = leaf64({6, 4}, 4).detach();  // (h*dk, D), h = 2, dk = 3
   Tensor p = concat_qk_products(wq, wk, 2);                                 // (D, h*D)

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "autograd/node.hpp"
+#include "autograd/ops.hpp"
 #include "tensor/kernels.hpp"
 #include "tensor/parallel.hpp"
 
@@ -105,6 +106,24 @@ Tensor causal_product(const Tensor& a, const Tensor& b, const Tensor& c, bool re
                   if (node.needs_grad(2)) grads[2] = unflat(prefix_product(fb, fa, fg, !reverse), E);
                   return grads;
                 });
+}
+
+Tensor causal_product_reference(const Tensor& a, const Tensor& b, const Tensor& c, bool reverse) {
+  if (a.dim() != 3 || a.shape() != b.shape() || c.dim() != 3 || c.size(0) != a.size(0) || c.size(1) != a.size(1))
+    fail<ShapeError>("causal_product_reference: expected a, b (R, N, F) and c (R, N, E), got {}, {}, {}",
+                     to_string(a.shape()), to_string(b.shape()), to_string(c.shape()));
+  const int64_t R = a.size(0), N = a.size(1), F = a.size(2), E = c.size(2);
+  const std::vector<double> av = a.to_vector<double>(), bv = b.to_vector<double>(), cv = c.to_vector<double>();
+  std::vector<double> o(R * N * E, 0.0);  // (R, N, E)
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t m = 0; m < N; ++m) {
+        if (reverse ? m < n : m > n) continue;
+        double w = 0;  // a[r, n] . b[r, m]
+        for (int64_t f = 0; f < F; ++f) w += av[(r * N + n) * F + f] * bv[(r * N + m) * F + f];
+        for (int64_t e = 0; e < E; ++e) o[(r * N + n) * E + e] += w * cv[(r * N + m) * E + e];
+      }
+  return to(from_vector(o, {R, N, E}), a.dtype());
 }
 
 }  // namespace attnlab::nn::scan

@@ -15,8 +15,8 @@
 // causal_product() is differentiable. Its backward is three scans of the same kind (the reverse
 // recursion; no forward state is saved):
 //   da = P(g, c, b),   db = P_rev(c, g, a),   dc = P_rev(b, a, g)
-// The naive twin, the masked quadratic form tril(a b^T) c, is the test oracle
-// (tests/efficient/test_linear_attention.cpp).
+// causal_product_reference is its naive twin, the quadratic form with plain loops, and the test
+// oracle (tests/efficient/test_linear_attention.cpp).
 #pragma once
 #include "tensor/tensor.hpp"
 
@@ -31,5 +31,10 @@ Tensor prefix_product(const Tensor& a, const Tensor& b, const Tensor& c, bool re
 // The differentiable op on (..., N, F), (..., N, F), (..., N, E) -> (..., N, E) (leading dims
 // equal), causal (m <= n) or anti-causal (m >= n).
 Tensor causal_product(const Tensor& a, const Tensor& b, const Tensor& c, bool reverse = false);
+
+// The naive twin of causal_product for a, b (R, N, F), c (R, N, E): out[r, n] =
+// sum_{m <= n} (a[r, n] . b[r, m]) c[r, m] (m >= n when reversed) by plain loops in double,
+// O(R N^2 (F + E)); the result in a's dtype, without autograd.
+Tensor causal_product_reference(const Tensor& a, const Tensor& b, const Tensor& c, bool reverse = false);
 
 }  // namespace attnlab::nn::scan
