@@ -101,7 +101,7 @@ HeadConfig read_head_config(const Options& o, int64_t d_model, int64_t heads_for
                        o.variant(), name, heads_for_defaults, d_model, name);
     return d_model / heads_for_defaults;
   };
-  c.key_size = size("key_size");
+  c.key_size = o.accepts("key_size") ? size("key_size") : 0;
   c.value_size = size("value_size");
   c.bias = o.accepts("bias") && o.get_bool("bias");
   c.causal = o.get_bool("causal");
@@ -114,6 +114,26 @@ HeadConfig read_head_config(const Options& o, int64_t d_model, int64_t heads_for
   c.gate.zeta = o.get_double("gate_zeta");
   c.gate.hard = o.get_bool("gate_hard");
   return c;
+}
+
+void set_head_options(OptionValues& values, const HeadConfig& c, const VariantSchema& schema) {
+  auto set = [&](const char* name, const auto& value) {
+    for (const OptionSchema& o : schema.options)
+      if (o.name == name) values.set(name, value);
+  };
+  set("heads", c.heads);
+  if (c.key_size > 0) set("key_size", c.key_size);
+  set("value_size", c.value_size);
+  set("bias", c.bias);
+  set("causal", c.causal);
+  set("attn_dropout", c.attn_dropout);
+  if (c.gate.kind == "none") return;
+  set("gate", c.gate.kind);
+  set("gate_init", c.gate.init);
+  set("gate_temperature", c.gate.temperature);
+  set("gate_gamma", c.gate.gamma);
+  set("gate_zeta", c.gate.zeta);
+  set("gate_hard", c.gate.hard);
 }
 
 const Tensor& check_inputs(const char* variant, int64_t d_model, const Tensor& x, const Tensor& context, bool causal,

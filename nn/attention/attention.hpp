@@ -110,8 +110,12 @@ struct HeadConfig {
 // attn_dropout and the gate options).
 std::vector<OptionSchema> multihead_options();
 // Resolves sizes that default to D/h; an h that does not divide D is an error asking for the
-// size explicitly. A schema without `bias` (mla) reads as bias = false.
+// size explicitly. A schema without `bias` (mla) reads as bias = false, one without `key_size`
+// (collaborative) as key_size = 0.
 HeadConfig read_head_config(const Options& o, int64_t d_model, int64_t heads_for_defaults);
+// The options of read_head_config that `schema` declares, as `c` holds them (for format_spec);
+// key_size only when used (> 0), the gate options only with a gate.
+void set_head_options(OptionValues& values, const HeadConfig& c, const VariantSchema& schema);
 
 // Checks x (B, N, D) and the optional context (B, M, D); returns the keys' source.
 const Tensor& check_inputs(const char* variant, int64_t d_model, const Tensor& x, const Tensor& context,

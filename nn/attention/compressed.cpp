@@ -114,12 +114,9 @@ AttentionResult CompressedAttention::forward(const Tensor& x, const Tensor& cont
   return {finish(o), Tensor()};
 }
 
-std::string CompressedAttention::spec_with_heads(int64_t heads) const {
-  return fmt::format("compressed({}, stride={}, kv_heads={})", head_options_spec(config, heads), settings.stride,
-                     settings.kv_heads);
+void CompressedAttention::own_options(OptionValues& v) const {
+  v.set("stride", settings.stride).set("kv_heads", settings.kv_heads);
 }
-
-std::string CompressedAttention::spec() const { return spec_with_heads(config.heads); }
 
 std::shared_ptr<Attention> CompressedAttention::prune_heads(const std::vector<int64_t>& keep) const {
   check_keep(keep, config.heads, "compressed");

@@ -6,7 +6,6 @@
 #include "autograd/ops.hpp"
 #include "nn/attention/kernels/tile_attention.hpp"
 #include "nn/attention/mha.hpp"
-#include "nn/attention/projected.hpp"
 #include "tensor/kernels.hpp"
 
 namespace attnlab::nn {
@@ -139,10 +138,11 @@ Tensor DiffAttention::forward_step(const Tensor& x_new, AttentionCache& cache) {
 }
 
 std::string DiffAttention::spec() const {
-  const HeadConfig& c = config;
-  return fmt::format("diff(heads={}, key_size={}, value_size={}, layer={}, bias={}, causal={}, attn_dropout={}{})",
-                     c.heads, c.key_size, c.value_size, layer, c.bias, c.causal, c.attn_dropout,
-                     gate_options_spec(c.gate));
+  const VariantSchema s = schema();
+  OptionValues v;
+  set_head_options(v, config, s);
+  v.set("layer", layer);
+  return format_spec(s, v);
 }
 
 std::shared_ptr<Attention> DiffAttention::prune_heads(const std::vector<int64_t>& keep) const {

@@ -6,7 +6,6 @@
 #include "autograd/ops.hpp"
 #include "nn/attention/kernels/tile_attention.hpp"
 #include "nn/attention/mha.hpp"
-#include "nn/attention/projected.hpp"
 #include "nn/rotary.hpp"
 #include "tensor/kernels.hpp"
 
@@ -205,11 +204,11 @@ Tensor LatentAttention::forward_step(const Tensor& x_new, AttentionCache& cache)
 
 std::string LatentAttention::spec() const {
   const LatentConfig& c = config;
-  return fmt::format(
-      "mla(heads={}, kv_rank={}, q_rank={}, key_size={}, rope_size={}, value_size={}, causal={}, attn_dropout={}, "
-      "absorb={}{})",
-      c.head.heads, c.kv_rank, c.q_rank, c.head.key_size, c.rope_size, c.head.value_size, c.head.causal,
-      c.head.attn_dropout, c.absorb, gate_options_spec(c.head.gate));
+  const VariantSchema s = schema();
+  OptionValues v;
+  set_head_options(v, c.head, s);
+  v.set("kv_rank", c.kv_rank).set("q_rank", c.q_rank).set("rope_size", c.rope_size).set("absorb", c.absorb);
+  return format_spec(s, v);
 }
 
 std::shared_ptr<Attention> LatentAttention::prune_heads(const std::vector<int64_t>& keep) const {

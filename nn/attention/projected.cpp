@@ -41,26 +41,29 @@ Tensor ProjectedAttention::prune_tensor(const std::string& name, const Tensor& f
                    to_string(from.shape()), to_string(to.shape()));
 }
 
+void ProjectedAttention::own_options(OptionValues&) const {}
+
+std::string ProjectedAttention::spec_with_heads(int64_t h) const {
+  const VariantSchema& schema = registered_schema(variant_);
+  OptionValues values;
+  set_head_options(values, config, schema);
+  own_options(values);
+  values.set("heads", h);
+  return format_spec(schema, values);
+}
+
+std::string ProjectedAttention::spec() const { return spec_with_heads(config.heads); }
+
 namespace {
 
 bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
-
-// The spec `text` with heads=h (added when absent).
-std::string with_heads(const std::string& text, int64_t h) {
-  Spec spec = parse_spec(text);
-  bool found = false;
-  for (auto& [k, v] : spec.options)
-    if (k == "heads") v = std::to_string(h), found = true;
-  if (!found) spec.options.emplace_back("heads", std::to_string(h));
-  return to_string(spec);
-}
 
 }  // namespace
 
 std::shared_ptr<Attention> ProjectedAttention::prune_heads(const std::vector<int64_t>& keep) const {
   check_keep(keep, config.heads, variant_.c_str());
   const int64_t dk = config.key_size, dv = config.value_size;
-  auto out = make_attention(with_heads(spec(), static_cast<int64_t>(keep.size())), d_model_);
+  auto out = make_attention(spec_with_heads(static_cast<int64_t>(keep.size())), d_model_);
   out->to(q_proj->weight.dtype());
   NoGradGuard no_grad;
   const TensorMap src = state_dict();
@@ -89,17 +92,6 @@ std::shared_ptr<Attention> ProjectedAttention::prune_heads(const std::vector<int
   }
   out->train(is_training());
   return out;
-}
-
-std::string head_options_spec(const HeadConfig& c, int64_t heads) {
-  return fmt::format("heads={}, key_size={}, value_size={}, bias={}, attn_dropout={}{}", heads >= 0 ? heads : c.heads,
-                     c.key_size, c.value_size, c.bias, c.attn_dropout, gate_options_spec(c.gate));
-}
-
-std::string gate_options_spec(const GateConfig& g) {
-  if (g.kind == "none") return "";
-  return fmt::format(", gate={}, gate_init={}, gate_temperature={}, gate_gamma={}, gate_zeta={}, gate_hard={}", g.kind,
-                     g.init, g.temperature, g.gamma, g.zeta, g.hard);
 }
 
 }  // namespace attnlab::nn

@@ -22,6 +22,8 @@ class ProjectedAttention : public Attention {
   // then copies the projections' head rows, out_proj's head columns, head_mask, the gates and
   // every other tensor through prune_tensor().
   std::shared_ptr<Attention> prune_heads(const std::vector<int64_t>& keep) const override;
+  // format_spec of the registered schema of variant() with the head options and own_options().
+  std::string spec() const override;
   const std::string& variant() const { return variant_; }
 
   HeadConfig config;
@@ -36,6 +38,10 @@ class ProjectedAttention : public Attention {
     Tensor k;  // (B, h, M, dk), undefined without k_proj
     Tensor v;  // (B, h, M, dv)
   };
+  // The variant's own resolved options (those beside the head options), for spec().
+  virtual void own_options(OptionValues& values) const;
+  // spec() with heads = h: the spec of prune_heads' smaller layer.
+  std::string spec_with_heads(int64_t h) const;
   // x (B, N, D), c (B, M, D) (c = x for self-attention).
   Heads project(const Tensor& x, const Tensor& c);
   // o (B, h, N, dv) -> (B, N, D): the per-head gate and head_mask, then out_proj.
@@ -52,13 +58,5 @@ class ProjectedAttention : public Attention {
  private:
   std::string variant_;
 };
-
-// spec() text of the common head options, "heads=.., key_size=.., value_size=.., bias=..,
-// attn_dropout=.." then gate_options_spec(config.gate); `heads` >= 0 replaces config.heads
-// (compressed writes the spec of a pruned copy). For variants whose spec() does not print causal.
-std::string head_options_spec(const HeadConfig& config, int64_t heads = -1);
-// ", gate=.., gate_init=.., gate_temperature=.., gate_gamma=.., gate_zeta=.., gate_hard=.." when
-// the config has a gate, "" otherwise.
-std::string gate_options_spec(const GateConfig& gate);
 
 }  // namespace attnlab::nn

@@ -352,18 +352,14 @@ Tensor Synthesizer::forward_step(const Tensor& x_new, AttentionCache& cache) {
 
 std::string Synthesizer::spec() const {
   const SynthesizerConfig& c = config;
-  const HeadConfig& hc = c.head;
-  std::string s = fmt::format("synthesizer(parts={}, max_len={}, heads={}, value_size={}", join_parts(c.parts),
-                              c.max_len, hc.heads, hc.value_size);
-  if (c.has("dense") || c.has("factorized_dense")) s += fmt::format(", hidden={}", c.hidden);
-  if (c.has("factorized_random")) s += fmt::format(", factor={}", c.factor);
-  if (c.has("factorized_dense")) s += fmt::format(", a={}, b={}", c.a, c.b);
-  if (c.has("vanilla")) s += fmt::format(", key_size={}", hc.key_size);
-  s += fmt::format(", bias={}, causal={}, attn_dropout={}", hc.bias, hc.causal, hc.attn_dropout);
-  if (hc.gate.kind != "none")
-    s += fmt::format(", gate={}, gate_init={}, gate_temperature={}, gate_gamma={}, gate_zeta={}, gate_hard={}",
-                     hc.gate.kind, hc.gate.init, hc.gate.temperature, hc.gate.gamma, hc.gate.zeta, hc.gate.hard);
-  return s + ")";
+  const VariantSchema s = schema();
+  OptionValues v;
+  v.set("parts", c.parts).set("max_len", c.max_len);
+  if (c.has("dense") || c.has("factorized_dense")) v.set("hidden", c.hidden);
+  if (c.has("factorized_random")) v.set("factor", c.factor);
+  if (c.has("factorized_dense")) v.set("a", c.a).set("b", c.b);
+  set_head_options(v, c.head, s);  // key_size only with a vanilla part (0 otherwise)
+  return format_spec(s, v);
 }
 
 std::shared_ptr<Attention> Synthesizer::prune_heads(const std::vector<int64_t>& keep) const {

@@ -142,16 +142,12 @@ Tensor TalkingHeadsAttention::forward_step(const Tensor& x_new, AttentionCache& 
 }
 
 std::string TalkingHeadsAttention::spec() const {
-  const HeadConfig& c = config.head;
-  std::string s = fmt::format(
-      "talking_heads(heads={}, logit_heads={}, value_heads={}, key_size={}, value_size={}, pre={}, post={}, "
-      "mix_init={}, bias={}, causal={}, attn_dropout={}",
-      c.heads, config.logit_heads, config.value_heads, c.key_size, c.value_size, config.pre, config.post,
-      config.mix_init, c.bias, c.causal, c.attn_dropout);
-  if (c.gate.kind != "none")
-    s += fmt::format(", gate={}, gate_init={}, gate_temperature={}, gate_gamma={}, gate_zeta={}, gate_hard={}",
-                     c.gate.kind, c.gate.init, c.gate.temperature, c.gate.gamma, c.gate.zeta, c.gate.hard);
-  return s + ")";
+  const VariantSchema s = schema();
+  OptionValues v;
+  set_head_options(v, config.head, s);
+  v.set("logit_heads", config.logit_heads).set("value_heads", config.value_heads).set("pre", config.pre);
+  v.set("post", config.post).set("mix_init", config.mix_init);
+  return format_spec(s, v);
 }
 
 std::shared_ptr<Attention> TalkingHeadsAttention::prune_heads(const std::vector<int64_t>& keep) const {
