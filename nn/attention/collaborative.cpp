@@ -177,20 +177,9 @@ std::shared_ptr<Attention> CollaborativeAttention::prune_heads(const std::vector
   // The init is overwritten below; concatenate is only kept while it is still constructible.
   if (c.mixing_init == "concatenate" && c.shared_key_size % c.head.heads != 0) c.mixing_init = "random";
   auto out = std::make_shared<CollaborativeAttention>(d_model_, c);
-  out->to(mixing.dtype());
-  NoGradGuard no_grad;
   const int64_t dv = config.head.value_size;
-  kernels::copy_(out->q_shared->weight, q_shared->weight);
-  kernels::copy_(out->k_shared->weight, k_shared->weight);
-  kernels::copy_(out->mixing, take_heads(mixing, keep, 1, 0));
-  kernels::copy_(out->content_bias->weight, take_heads(content_bias->weight, keep, 1, 0));
-  kernels::copy_(out->v_proj->weight, take_heads(v_proj->weight, keep, dv, 0));
-  if (v_proj->bias.defined()) kernels::copy_(out->v_proj->bias, take_heads(v_proj->bias, keep, dv, 0));
-  kernels::copy_(out->out_proj->weight, take_heads(out_proj->weight, keep, dv, 1));
-  if (out_proj->bias.defined()) kernels::copy_(out->out_proj->bias, out_proj->bias);
-  kernels::copy_(out->head_mask, take_heads(head_mask, keep, 1, 0));
-  if (gate) kernels::copy_(out->gate->log_alpha, take_heads(gate->log_alpha, keep, 1, 0));
-  out->train(is_training());
+  copy_pruned_state(*this, *out, keep,
+                    {{"mixing", 1}, {"content_bias.", 1}, {"v_proj.", dv}, {"out_proj.weight", dv, 1}}, kName);
   return out;
 }
 

@@ -52,7 +52,7 @@ class CompressedAttention : public ProjectedAttention {
   AttentionResult forward(const Tensor& x, const Tensor& context = {}, const Tensor& mask = {}, bool causal = false,
                           bool need_weights = false) override;
   // See the header comment: k/v projections and convolution inputs stay whole.
-  std::shared_ptr<Attention> prune_heads(const std::vector<int64_t>& keep) const override;
+  std::vector<HeadSlice> head_slices() const override;
   void own_options(OptionValues& values) const override;
   // Packed sequences: rejected, it takes key masks only (constant along N), and a segment mask varies along N.
   AttentionResult forward_segments(const Tensor&, const Tensor&, const Tensor&, bool, bool) override {

@@ -150,12 +150,10 @@ std::shared_ptr<Attention> DiffAttention::prune_heads(const std::vector<int64_t>
   HeadConfig c = config;
   c.heads = static_cast<int64_t>(keep.size());
   auto out = std::make_shared<DiffAttention>(d_model_, c, layer);
-  out->to(q_proj->weight.dtype());
   // q/k rows hold both halves of each kept head: 2 dk per head.
+  const int64_t dk = config.key_size, dv = config.value_size;
   copy_pruned_state(*this, *out, keep,
-                    {{"q_proj", 2 * config.key_size}, {"k_proj", 2 * config.key_size}, {"v_proj", config.value_size}},
-                    config.value_size, "diff");
-  out->train(is_training());
+                    {{"q_proj.", 2 * dk}, {"k_proj.", 2 * dk}, {"v_proj.", dv}, {"out_proj.weight", dv, 1}}, "diff");
   return out;
 }
 

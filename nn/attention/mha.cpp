@@ -340,24 +340,13 @@ std::shared_ptr<Attention> MultiHeadAttention::prune_heads(const std::vector<int
     o.alibi_slopes = kept == alibi_slopes(h2) ? std::vector<double>{} : kept;
   }
   auto out = std::make_shared<MultiHeadAttention>(d_model_, c, key_bias, o);
-  out->to(q_proj->weight.dtype());
-  NoGradGuard no_grad;
   const int64_t dk = config.key_size, dv = config.value_size;
-  auto copy_rows = [&](const std::shared_ptr<Linear>& from, const std::shared_ptr<Linear>& to,
-                       const std::vector<int64_t>& heads, int64_t d) {
-    kernels::copy_(to->weight, take_heads(from->weight, heads, d, 0));
-    if (from->bias.defined()) kernels::copy_(to->bias, take_heads(from->bias, heads, d, 0));
-  };
-  copy_rows(q_proj, out->q_proj, keep, dk);
-  copy_rows(k_proj, out->k_proj, kv_keep, dk);
-  copy_rows(v_proj, out->v_proj, kv_keep, dv);
-  kernels::copy_(out->out_proj->weight, take_heads(out_proj->weight, keep, dv, 1));
-  if (out_proj->bias.defined()) kernels::copy_(out->out_proj->bias, out_proj->bias);
-  if (q_norm) kernels::copy_(out->q_norm->weight, q_norm->weight), kernels::copy_(out->k_norm->weight, k_norm->weight);
-  if (sinks.defined()) kernels::copy_(out->sinks, take_heads(sinks, keep, 1, 0));
-  kernels::copy_(out->head_mask, take_heads(head_mask, keep, 1, 0));
-  if (gate) kernels::copy_(out->gate->log_alpha, take_heads(gate->log_alpha, keep, 1, 0));
-  out->train(is_training());
+  copy_pruned_state(*this, *out, keep,
+                    {{"q_proj.", dk}, {"k_proj.", dk, 0, kv_keep}, {"v_proj.", dv, 0, kv_keep}, {"out_proj.weight", dv, 1},
+                     {"sinks", 1}},
+                    "mha", [](const std::string& name, const Tensor& from, const Tensor& to) {
+                      return name == "kv_index" ? to : from;  // kv_index: built from the pruned options
+                    });
   return out;
 }
 

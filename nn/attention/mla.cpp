@@ -216,23 +216,10 @@ std::shared_ptr<Attention> LatentAttention::prune_heads(const std::vector<int64_
   LatentConfig c = config;
   c.head.heads = static_cast<int64_t>(keep.size());
   auto out = std::make_shared<LatentAttention>(d_model_, c);
-  out->to(kv_down->weight.dtype());
-  NoGradGuard no_grad;
   const int64_t dq = config.head.key_size + config.rope_size, dkv = config.head.key_size + config.head.value_size;
-  if (q_proj) {
-    kernels::copy_(out->q_proj->weight, take_heads(q_proj->weight, keep, dq, 0));
-  } else {
-    kernels::copy_(out->q_down->weight, q_down->weight);
-    kernels::copy_(out->q_norm->weight, q_norm->weight);
-    kernels::copy_(out->q_up->weight, take_heads(q_up->weight, keep, dq, 0));
-  }
-  kernels::copy_(out->kv_down->weight, kv_down->weight);
-  kernels::copy_(out->kv_norm->weight, kv_norm->weight);
-  kernels::copy_(out->kv_up->weight, take_heads(kv_up->weight, keep, dkv, 0));
-  kernels::copy_(out->out_proj->weight, take_heads(out_proj->weight, keep, config.head.value_size, 1));
-  kernels::copy_(out->head_mask, take_heads(head_mask, keep, 1, 0));
-  if (gate) kernels::copy_(out->gate->log_alpha, take_heads(gate->log_alpha, keep, 1, 0));
-  out->train(is_training());
+  copy_pruned_state(*this, *out, keep,
+                    {{"q_proj.", dq}, {"q_up.", dq}, {"kv_up.", dkv}, {"out_proj.weight", config.head.value_size, 1}},
+                    "mla");
   return out;
 }
 

@@ -54,43 +54,20 @@ std::string ProjectedAttention::spec_with_heads(int64_t h) const {
 
 std::string ProjectedAttention::spec() const { return spec_with_heads(config.heads); }
 
-namespace {
-
-bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
-
-}  // namespace
+std::vector<HeadSlice> ProjectedAttention::head_slices() const {
+  const int64_t dk = config.key_size, dv = config.value_size;
+  return {{"q_proj.", dk}, {"k_proj.", dk}, {"v_proj.", dv}, {"out_proj.weight", dv, 1}};
+}
 
 std::shared_ptr<Attention> ProjectedAttention::prune_heads(const std::vector<int64_t>& keep) const {
   check_keep(keep, config.heads, variant_.c_str());
-  const int64_t dk = config.key_size, dv = config.value_size;
   auto out = make_attention(spec_with_heads(static_cast<int64_t>(keep.size())), d_model_);
-  out->to(q_proj->weight.dtype());
-  NoGradGuard no_grad;
-  const TensorMap src = state_dict();
-  for (auto& [name, dst] : out->state_dict()) {
-    auto it = src.find(name);
-    if (it == src.end()) fail<ValueError>("{}: prune_heads: the smaller layer has {} which this one lacks", variant_, name);
-    const Tensor& from = it->second;
-    Tensor value;
-    if (name == "out_proj.weight")
-      value = take_heads(from, keep, dv, 1);
-    else if (name == "out_proj.bias")
-      value = from;
-    else if (starts_with(name, "q_proj.") || starts_with(name, "k_proj."))
-      value = take_heads(from, keep, dk, 0);
-    else if (starts_with(name, "v_proj."))
-      value = take_heads(from, keep, dv, 0);
-    else if (name == "head_mask" || name == "gate.log_alpha")
-      value = take_heads(from, keep, 1, 0);
-    else
-      value = prune_tensor(name, from, dst, keep);
-    if (value.shape() != dst.shape())
-      fail<ShapeError>("{}: prune_heads: {} pruned to {}, expected {}", variant_, name, to_string(value.shape()),
-                       to_string(dst.shape()));
-    Tensor d = dst;
-    kernels::copy_(d, value);
-  }
-  out->train(is_training());
+  copy_pruned_state(*this, *out, keep, head_slices(), variant_,
+                    [&](const std::string& name, const Tensor& from, const Tensor& to) {
+                      if (!from.defined())
+                        fail<ValueError>("{}: prune_heads: the smaller layer has {} which this one lacks", variant_, name);
+                      return prune_tensor(name, from, to, keep);
+                    });
   return out;
 }
 

@@ -19,8 +19,8 @@ class ProjectedAttention : public Attention {
   ProjectedAttention(std::string variant, int64_t d_model, const HeadConfig& config, bool has_k_proj = true);
 
   // Generic head pruning: builds the same spec with heads = keep.size() through the registry,
-  // then copies the projections' head rows, out_proj's head columns, head_mask, the gates and
-  // every other tensor through prune_tensor().
+  // then copies the kept heads' slices (head_slices()), head_mask, the gates and every other
+  // tensor through prune_tensor() (copy_pruned_state).
   std::shared_ptr<Attention> prune_heads(const std::vector<int64_t>& keep) const override;
   // format_spec of the registered schema of variant() with the head options and own_options().
   std::string spec() const override;
@@ -46,7 +46,10 @@ class ProjectedAttention : public Attention {
   Heads project(const Tensor& x, const Tensor& c);
   // o (B, h, N, dv) -> (B, N, D): the per-head gate and head_mask, then out_proj.
   Tensor finish(const Tensor& o);
-  // The value prune_heads gives the variant's own tensor `name` (not a projection, head_mask or
+  // The per-head slices prune_heads takes: q_proj/k_proj rows (dk per head), v_proj rows and
+  // out_proj.weight columns (dv per head).
+  virtual std::vector<HeadSlice> head_slices() const;
+  // The value prune_heads gives the variant's own tensor `name` (not a head slice, head_mask or
   // gate) in the smaller layer. Default: `from` whole when the smaller layer's tensor `to` has
   // its shape (tensors shared by the heads); head rows (dim 0) when dim 0 is the head count;
   // otherwise an error. A variant with per-head tensors must override this for them: a `keep`

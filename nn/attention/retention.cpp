@@ -199,11 +199,10 @@ std::shared_ptr<Attention> Retention::prune_heads(const std::vector<int64_t>& ke
   std::vector<double> kept;
   for (int64_t i : keep) kept.push_back(gammas[i]);
   auto out = std::make_shared<Retention>(d_model_, c, kept, chunk);
-  out->to(q_proj->weight.dtype());
   const int64_t dk = config.key_size, dv = config.value_size;
-  copy_pruned_state(*this, *out, keep, {{"q_proj", dk}, {"k_proj", dk}, {"v_proj", dv}, {"g_proj", dv}}, dv,
+  copy_pruned_state(*this, *out, keep,
+                    {{"q_proj.", dk}, {"k_proj.", dk}, {"v_proj.", dv}, {"g_proj.", dv}, {"out_proj.weight", dv, 1}},
                     "retention");
-  out->train(is_training());
   return out;
 }
 

@@ -93,7 +93,10 @@ class OptionValues {
       return format_number(v);
     } else if constexpr (requires { v.begin(); v.end(); typename T::value_type; } && !std::same_as<T, std::string>) {
       std::string s;
-      for (const auto& item : v) s += (s.empty() ? "" : "+") + text(item);
+      for (const auto& item : v) {
+        if (!s.empty()) s += '+';
+        s += text(item);
+      }
       return s;
     } else {
       return std::string(v);
