@@ -1,6 +1,5 @@
 #include "nn/attention/spec.hpp"
 
-
 #include "tensor/error.hpp"
 
 namespace attnlab::nn {
