@@ -1,15 +1,16 @@
 // Learning-rate schedules (formulas in schedule.hpp and docs/optim.md), their config-string
-// parser, and the Scheduler that applies one to an optimizer and checkpoints its position.
+// parser (the grammar of tensor/option_string.hpp), and the Scheduler that applies one to an
+// optimizer and checkpoints its position.
 #include "optim/schedule.hpp"
 
 #include <algorithm>
-#include <cctype>
-#include <charconv>
 #include <cmath>
 #include <map>
 #include <numbers>
 
 #include <fmt/ranges.h>
+
+#include "tensor/option_string.hpp"
 
 namespace attnlab::optim {
 
@@ -23,13 +24,6 @@ const char* kind_name(LRSchedule::Kind k) {
     case LRSchedule::Kind::WarmupInverseSqrt: return "warmup_inverse_sqrt";
   }
   return "?";
-}
-
-std::string trim(const std::string& s) {
-  size_t b = 0, e = s.size();
-  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
-  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
-  return s.substr(b, e - b);
 }
 
 }  // namespace
@@ -81,26 +75,16 @@ double LRSchedule::multiplier(int64_t t) const {
 }
 
 std::string LRSchedule::str() const {
-  switch (kind_) {
-    case Kind::Constant: return "constant";
-    case Kind::WarmupCosine:
-      return fmt::format("warmup_cosine(warmup={},total={},min_ratio={})", warmup_, total_, min_ratio_);
-    case Kind::WarmupLinear: return fmt::format("warmup_linear(warmup={},total={})", warmup_, total_);
-    case Kind::WarmupInverseSqrt: return fmt::format("warmup_inverse_sqrt(warmup={})", warmup_);
-  }
-  return "constant";
+  OptionString out{kind_name(kind_), {}};
+  if (kind_ != Kind::Constant) out.options.emplace_back("warmup", std::to_string(warmup_));
+  if (kind_ == Kind::WarmupCosine || kind_ == Kind::WarmupLinear) out.options.emplace_back("total", std::to_string(total_));
+  if (kind_ == Kind::WarmupCosine) out.options.emplace_back("min_ratio", format_number(min_ratio_));
+  return format_option_string(out, ",");
 }
 
 LRSchedule LRSchedule::parse(const std::string& spec) {
-  const std::string text = trim(spec);
-  const size_t open = text.find('(');
-  const std::string name = trim(text.substr(0, open));
-  std::string body;
-  if (open != std::string::npos) {
-    if (text.back() != ')')
-      fail<ValueError>("LRSchedule::parse: \"{}\": missing ')' at the end; expected name(option=value, ...)", spec);
-    body = text.substr(open + 1, text.size() - open - 2);
-  }
+  const OptionString text = parse_option_string(spec, "LRSchedule::parse:");
+  const std::string& name = text.name;
 
   struct Known {
     Kind kind;
@@ -123,33 +107,19 @@ LRSchedule LRSchedule::parse(const std::string& spec) {
   const Known& k = it->second;
 
   std::map<std::string, double> values;
-  if (!trim(body).empty()) {
-    size_t pos = 0;
-    while (pos <= body.size()) {
-      size_t comma = body.find(',', pos);
-      if (comma == std::string::npos) comma = body.size();
-      const std::string item = trim(body.substr(pos, comma - pos));
-      pos = comma + 1;
-      const size_t eq = item.find('=');
-      if (eq == std::string::npos)
-        fail<ValueError>("LRSchedule::parse: \"{}\": '{}' is not of the form option=value", spec, item);
-      const std::string key = trim(item.substr(0, eq));
-      const std::string val = trim(item.substr(eq + 1));
-      if (std::find(k.options.begin(), k.options.end(), key) == k.options.end()) {
-        if (k.options.empty())
-          fail<ValueError>("LRSchedule::parse: \"{}\": {} takes no options, got '{}'", spec, name, key);
-        fail<ValueError>("LRSchedule::parse: \"{}\": unknown option '{}' for {}; expected {}", spec, key, name,
-                         fmt::join(k.options, ", "));
-      }
-      if (values.count(key)) fail<ValueError>("LRSchedule::parse: \"{}\": option '{}' given twice", spec, key);
-      double v = 0;
-      auto [ptr, ec] = std::from_chars(val.data(), val.data() + val.size(), v);
-      if (val.empty() || ec != std::errc() || ptr != val.data() + val.size() || !std::isfinite(v))
-        fail<ValueError>("LRSchedule::parse: \"{}\": option '{}' has value '{}', expected a number", spec, key, val);
-      if (key != "min_ratio" && (v != std::floor(v) || std::abs(v) > 1e15))
-        fail<ValueError>("LRSchedule::parse: \"{}\": option '{}' must be an integer, got '{}'", spec, key, val);
-      values[key] = v;
+  for (const auto& [key, val] : text.options) {
+    if (std::find(k.options.begin(), k.options.end(), key) == k.options.end()) {
+      if (k.options.empty())
+        fail<ValueError>("LRSchedule::parse: \"{}\": {} takes no options, got '{}'", spec, name, key);
+      fail<ValueError>("LRSchedule::parse: \"{}\": unknown option '{}' for {}; expected {}", spec, key, name,
+                       fmt::join(k.options, ", "));
     }
+    const std::optional<double> v = parse_number(val);
+    if (!v || !std::isfinite(*v))
+      fail<ValueError>("LRSchedule::parse: \"{}\": option '{}' has value '{}', expected a number", spec, key, val);
+    if (key != "min_ratio" && (*v != std::floor(*v) || std::abs(*v) > 1e15))
+      fail<ValueError>("LRSchedule::parse: \"{}\": option '{}' must be an integer, got '{}'", spec, key, val);
+    values[key] = *v;
   }
   for (size_t i = 0; i < k.required; ++i)
     if (!values.count(k.options[i]))

@@ -101,7 +101,7 @@ HeadConfig read_head_config(const Options& o, int64_t d_model, int64_t heads_for
                        o.variant(), name, heads_for_defaults, d_model, name);
     return d_model / heads_for_defaults;
   };
-  c.key_size = size("key_size");
+  c.key_size = o.accepts("key_size") ? size("key_size") : 0;
   c.value_size = size("value_size");
   c.bias = o.accepts("bias") && o.get_bool("bias");
   c.causal = o.get_bool("causal");
@@ -114,6 +114,26 @@ HeadConfig read_head_config(const Options& o, int64_t d_model, int64_t heads_for
   c.gate.zeta = o.get_double("gate_zeta");
   c.gate.hard = o.get_bool("gate_hard");
   return c;
+}
+
+void set_head_options(OptionValues& values, const HeadConfig& c, const VariantSchema& schema) {
+  auto set = [&](const char* name, const auto& value) {
+    for (const OptionSchema& o : schema.options)
+      if (o.name == name) values.set(name, value);
+  };
+  set("heads", c.heads);
+  if (c.key_size > 0) set("key_size", c.key_size);
+  set("value_size", c.value_size);
+  set("bias", c.bias);
+  set("causal", c.causal);
+  set("attn_dropout", c.attn_dropout);
+  if (c.gate.kind == "none") return;
+  set("gate", c.gate.kind);
+  set("gate_init", c.gate.init);
+  set("gate_temperature", c.gate.temperature);
+  set("gate_gamma", c.gate.gamma);
+  set("gate_zeta", c.gate.zeta);
+  set("gate_hard", c.gate.hard);
 }
 
 const Tensor& check_inputs(const char* variant, int64_t d_model, const Tensor& x, const Tensor& context, bool causal,
@@ -235,23 +255,35 @@ std::vector<int64_t> check_keep(const std::vector<int64_t>& keep, int64_t heads,
 }
 
 void copy_pruned_state(const Attention& from, Attention& to, const std::vector<int64_t>& keep,
-                       const std::vector<std::pair<std::string, int64_t>>& head_rows, int64_t dv, const char* variant) {
+                       const std::vector<HeadSlice>& slices, const std::string& variant, const PruneRest& rest) {
+  const NamedTensors params = from.named_parameters();
+  if (!params.empty()) to.to(params.front().second.dtype());
   NoGradGuard no_grad;
   const TensorMap src = from.state_dict();
   for (auto& [name, dst] : to.state_dict()) {
-    const Tensor& t = src.at(name);
-    const std::string module = name.substr(0, name.find('.'));
-    Tensor value = t;
-    for (const auto& [proj, d] : head_rows)
-      if (module == proj) value = take_heads(t, keep, d, 0);
-    if (name == "out_proj.weight") value = take_heads(t, keep, dv, 1);
-    if (name == "head_mask" || name == "gate.log_alpha") value = take_heads(t, keep, 1, 0);
+    auto it = src.find(name);
+    const Tensor t = it == src.end() ? Tensor() : it->second;
+    const HeadSlice* slice = nullptr;
+    for (const HeadSlice& s : slices)
+      if (!slice && name.rfind(s.prefix, 0) == 0) slice = &s;
+    Tensor value;
+    if (t.defined() && slice) {
+      value = take_heads(t, slice->heads.empty() ? keep : slice->heads, slice->size, slice->dim);
+    } else if (t.defined() && (name == "head_mask" || name == "gate.log_alpha")) {
+      value = take_heads(t, keep, 1, 0);
+    } else if (rest) {
+      value = rest(name, t, dst);
+    } else {
+      if (!t.defined()) fail<ValueError>("{}: prune_heads: the smaller layer has {} which this one lacks", variant, name);
+      value = t;
+    }
     if (value.shape() != dst.shape())
       fail<ShapeError>("{}: prune_heads: {} pruned to {}, expected {}", variant, name, to_string(value.shape()),
                        to_string(dst.shape()));
     Tensor d = dst;
     kernels::copy_(d, value);
   }
+  to.train(from.is_training());
 }
 
 }  // namespace attnlab::nn

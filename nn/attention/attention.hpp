@@ -2,6 +2,7 @@
 // pieces the multi-head variants share: splitting and merging heads, building the allowed
 // mask, scaled dot-product attention, and the per-head gate/mask multiply before out_proj.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -110,8 +111,12 @@ struct HeadConfig {
 // attn_dropout and the gate options).
 std::vector<OptionSchema> multihead_options();
 // Resolves sizes that default to D/h; an h that does not divide D is an error asking for the
-// size explicitly. A schema without `bias` (mla) reads as bias = false.
+// size explicitly. A schema without `bias` (mla) reads as bias = false, one without `key_size`
+// (collaborative) as key_size = 0.
 HeadConfig read_head_config(const Options& o, int64_t d_model, int64_t heads_for_defaults);
+// The options of read_head_config that `schema` declares, as `c` holds them (for format_spec);
+// key_size only when used (> 0), the gate options only with a gate.
+void set_head_options(OptionValues& values, const HeadConfig& c, const VariantSchema& schema);
 
 // Checks x (B, N, D) and the optional context (B, M, D); returns the keys' source.
 const Tensor& check_inputs(const char* variant, int64_t d_model, const Tensor& x, const Tensor& context,
@@ -135,13 +140,26 @@ Tensor key_mask(const Tensor& mask, int64_t n, int64_t m, const char* variant);
 bool is_key_mask(const Tensor& mask);
 // Validates `keep` for prune_heads: non-empty, in range, no repeats.
 std::vector<int64_t> check_keep(const std::vector<int64_t>& keep, int64_t heads, const char* variant);
-// prune_heads' copy from `from` into the smaller layer `to` (built with keep.size() heads), by name:
-// `<p>.weight`/`<p>.bias` of every projection p in `head_rows` take the kept heads' rows (the
-// mapped size per head), out_proj.weight the kept heads' columns (dv each), head_mask and
-// gate.log_alpha the kept entries; every other tensor (out_proj.bias, tensors shared by the
-// heads) is copied whole. A shape that does not come out right is an error naming the tensor.
+// One slicing rule of prune_heads: the tensors whose name starts with `prefix` ("q_proj." for
+// the weight and the bias, "out_proj.weight") take the blocks [i*size, (i+1)*size) along `dim`
+// of the heads i in `heads` (empty: the kept heads; mha's k/v take the kept kv heads).
+struct HeadSlice {
+  std::string prefix;
+  int64_t size;
+  int64_t dim = 0;
+  std::vector<int64_t> heads = {};
+};
+// The value prune_heads gives a tensor of the smaller layer that no HeadSlice matches: `from`
+// is this layer's tensor of that name (undefined when only the smaller layer has one), `to` the
+// smaller layer's.
+using PruneRest = std::function<Tensor(const std::string& name, const Tensor& from, const Tensor& to)>;
+// prune_heads' copy from `from` into the smaller layer `to` (built with keep.size() heads): `to`
+// takes `from`'s dtype, then every tensor of `to`, by name, the first matching slice of `from`'s
+// tensor; head_mask and gate.log_alpha the kept entries; any other tensor `rest` (default:
+// `from`'s tensor whole, an error when `from` has none); then `from`'s train mode. A shape that
+// does not come out right is a ShapeError naming the variant and the tensor.
 void copy_pruned_state(const Attention& from, Attention& to, const std::vector<int64_t>& keep,
-                       const std::vector<std::pair<std::string, int64_t>>& head_rows, int64_t dv, const char* variant);
+                       const std::vector<HeadSlice>& slices, const std::string& variant, const PruneRest& rest = {});
 // ---- shared by the forward_step overrides ----
 
 // x_new must be (batch, T, d_model), T >= 1, with length + T <= max_len (max_len < 0: no limit).

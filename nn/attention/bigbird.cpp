@@ -132,17 +132,9 @@ AttentionResult BigBird::forward(const Tensor& x, const Tensor& context, const T
   return {finish(r.o), r.attention};
 }
 
-std::string BigBird::spec() const {
-  const HeadConfig& c = config;
-  std::string s = fmt::format(
-      "bigbird(heads={}, key_size={}, value_size={}, bias={}, attn_dropout={}, block={}, window={}, global={}, "
-      "random={}, max_len={}",
-      c.heads, c.key_size, c.value_size, c.bias, c.attn_dropout, options.block, options.window, options.global,
-      options.random, options.max_len);
-  if (c.gate.kind != "none")
-    s += fmt::format(", gate={}, gate_init={}, gate_temperature={}, gate_gamma={}, gate_zeta={}, gate_hard={}",
-                     c.gate.kind, c.gate.init, c.gate.temperature, c.gate.gamma, c.gate.zeta, c.gate.hard);
-  return s + ")";
+void BigBird::own_options(OptionValues& v) const {
+  v.set("block", options.block).set("window", options.window).set("global", options.global);
+  v.set("random", options.random).set("max_len", options.max_len);
 }
 
 Tensor BigBird::prune_tensor(const std::string& name, const Tensor& from, const Tensor& to,

@@ -31,7 +31,7 @@ class BigBird : public ProjectedAttention {
 
   AttentionResult forward(const Tensor& x, const Tensor& context = {}, const Tensor& mask = {}, bool causal = false,
                           bool need_weights = false) override;
-  std::string spec() const override;
+  void own_options(OptionValues& values) const override;
   std::string type_name() const override { return "BigBird"; }
 
   // The gathered-block form of the pattern for N queries and M keys (public for tests).

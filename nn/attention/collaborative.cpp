@@ -51,34 +51,11 @@ VariantSchema CollaborativeAttention::schema() {
 }
 
 std::shared_ptr<Attention> CollaborativeAttention::make(const Options& o, int64_t d_model) {
-  if (d_model <= 0) fail<ValueError>("{}: d_model must be positive, got {}", kName, d_model);
   CollaborativeConfig c;
-  HeadConfig& hc = c.head;
-  hc.heads = o.get_int("heads");
-  if (hc.heads <= 0) o.reject("heads", "must be positive");
-  if (auto v = o.get_optional_int("value_size")) {
-    if (*v <= 0) o.reject("value_size", "must be positive");
-    hc.value_size = *v;
-  } else {
-    if (d_model % hc.heads != 0)
-      fail<ValueError>(
-          "{}: value_size defaults to d_model/heads, but heads={} does not divide d_model={}; give "
-          "value_size explicitly",
-          kName, hc.heads, d_model);
-    hc.value_size = d_model / hc.heads;
-  }
+  c.head = read_head_config(o, d_model, o.get_int("heads"));  // key_size = 0: the schema has none
+  const HeadConfig& hc = c.head;
   c.shared_key_size = o.get_optional_int("shared_key_size").value_or(d_model);
   if (c.shared_key_size <= 0) o.reject("shared_key_size", "must be positive");
-  hc.bias = o.get_bool("bias");
-  hc.causal = o.get_bool("causal");
-  hc.attn_dropout = o.get_double("attn_dropout");
-  if (!(hc.attn_dropout >= 0 && hc.attn_dropout < 1)) o.reject("attn_dropout", "must be in [0, 1)");
-  hc.gate.kind = o.get_choice("gate");
-  hc.gate.init = o.get_double("gate_init");
-  hc.gate.temperature = o.get_double("gate_temperature");
-  hc.gate.gamma = o.get_double("gate_gamma");
-  hc.gate.zeta = o.get_double("gate_zeta");
-  hc.gate.hard = o.get_bool("gate_hard");
   c.mixing_init = o.get_choice("mixing_init");
   if (c.mixing_init == "concatenate" && c.shared_key_size % hc.heads != 0)
     o.reject("mixing_init", fmt::format("concatenate needs shared_key_size divisible by heads, got shared_key_size={} "
@@ -186,15 +163,11 @@ Tensor CollaborativeAttention::forward_step(const Tensor& x_new, AttentionCache&
 }
 
 std::string CollaborativeAttention::spec() const {
-  const HeadConfig& c = config.head;
-  std::string s = fmt::format(
-      "{}(heads={}, shared_key_size={}, value_size={}, bias={}, causal={}, mixing_init={}, scale={}, attn_dropout={}",
-      kName, c.heads, config.shared_key_size, c.value_size, c.bias, c.causal, config.mixing_init, config.scale,
-      c.attn_dropout);
-  if (c.gate.kind != "none")
-    s += fmt::format(", gate={}, gate_init={}, gate_temperature={}, gate_gamma={}, gate_zeta={}, gate_hard={}",
-                     c.gate.kind, c.gate.init, c.gate.temperature, c.gate.gamma, c.gate.zeta, c.gate.hard);
-  return s + ")";
+  const VariantSchema s = schema();
+  OptionValues v;
+  set_head_options(v, config.head, s);
+  v.set("shared_key_size", config.shared_key_size).set("mixing_init", config.mixing_init).set("scale", config.scale);
+  return format_spec(s, v);
 }
 
 std::shared_ptr<Attention> CollaborativeAttention::prune_heads(const std::vector<int64_t>& keep) const {
@@ -204,20 +177,9 @@ std::shared_ptr<Attention> CollaborativeAttention::prune_heads(const std::vector
   // The init is overwritten below; concatenate is only kept while it is still constructible.
   if (c.mixing_init == "concatenate" && c.shared_key_size % c.head.heads != 0) c.mixing_init = "random";
   auto out = std::make_shared<CollaborativeAttention>(d_model_, c);
-  out->to(mixing.dtype());
-  NoGradGuard no_grad;
   const int64_t dv = config.head.value_size;
-  kernels::copy_(out->q_shared->weight, q_shared->weight);
-  kernels::copy_(out->k_shared->weight, k_shared->weight);
-  kernels::copy_(out->mixing, take_heads(mixing, keep, 1, 0));
-  kernels::copy_(out->content_bias->weight, take_heads(content_bias->weight, keep, 1, 0));
-  kernels::copy_(out->v_proj->weight, take_heads(v_proj->weight, keep, dv, 0));
-  if (v_proj->bias.defined()) kernels::copy_(out->v_proj->bias, take_heads(v_proj->bias, keep, dv, 0));
-  kernels::copy_(out->out_proj->weight, take_heads(out_proj->weight, keep, dv, 1));
-  if (out_proj->bias.defined()) kernels::copy_(out->out_proj->bias, out_proj->bias);
-  kernels::copy_(out->head_mask, take_heads(head_mask, keep, 1, 0));
-  if (gate) kernels::copy_(out->gate->log_alpha, take_heads(gate->log_alpha, keep, 1, 0));
-  out->train(is_training());
+  copy_pruned_state(*this, *out, keep,
+                    {{"mixing", 1}, {"content_bias.", 1}, {"v_proj.", dv}, {"out_proj.weight", dv, 1}}, kName);
   return out;
 }
 

@@ -114,43 +114,15 @@ AttentionResult CompressedAttention::forward(const Tensor& x, const Tensor& cont
   return {finish(o), Tensor()};
 }
 
-std::string CompressedAttention::spec_with_heads(int64_t heads) const {
-  return fmt::format("compressed({}, stride={}, kv_heads={})", head_options_spec(config, heads), settings.stride,
-                     settings.kv_heads);
+void CompressedAttention::own_options(OptionValues& v) const {
+  v.set("stride", settings.stride).set("kv_heads", settings.kv_heads);
 }
 
-std::string CompressedAttention::spec() const { return spec_with_heads(config.heads); }
-
-std::shared_ptr<Attention> CompressedAttention::prune_heads(const std::vector<int64_t>& keep) const {
-  check_keep(keep, config.heads, "compressed");
+std::vector<HeadSlice> CompressedAttention::head_slices() const {
+  // k_proj and v_proj stay whole: every head feeds the convolutions; their output channels are
+  // per head.
   const int64_t dk = config.key_size, dv = config.value_size;
-  auto out = make_attention(spec_with_heads(static_cast<int64_t>(keep.size())), d_model_);
-  out->to(q_proj->weight.dtype());
-  NoGradGuard no_grad;
-  const TensorMap src = state_dict();
-  for (auto& [name, dst] : out->state_dict()) {
-    auto it = src.find(name);
-    if (it == src.end()) fail<ValueError>("compressed: prune_heads: the smaller layer has {} which this one lacks", name);
-    const Tensor& from = it->second;
-    Tensor value;
-    if (name == "out_proj.weight")
-      value = take_heads(from, keep, dv, 1);
-    else if (name.rfind("q_proj.", 0) == 0 || name.rfind("compress_k.", 0) == 0)
-      value = take_heads(from, keep, dk, 0);  // output channels of the kept heads
-    else if (name.rfind("compress_v.", 0) == 0)
-      value = take_heads(from, keep, dv, 0);
-    else if (name == "head_mask" || name == "gate.log_alpha")
-      value = take_heads(from, keep, 1, 0);
-    else
-      value = from;  // k_proj, v_proj (every head feeds the convolutions), out_proj.bias
-    if (value.shape() != dst.shape())
-      fail<ShapeError>("compressed: prune_heads: {} pruned to {}, expected {}", name, to_string(value.shape()),
-                       to_string(dst.shape()));
-    Tensor d = dst;
-    kernels::copy_(d, value);
-  }
-  out->train(is_training());
-  return out;
+  return {{"out_proj.weight", dv, 1}, {"q_proj.", dk}, {"compress_k.", dk}, {"compress_v.", dv}};
 }
 
 }  // namespace attnlab::nn

@@ -52,8 +52,8 @@ class CompressedAttention : public ProjectedAttention {
   AttentionResult forward(const Tensor& x, const Tensor& context = {}, const Tensor& mask = {}, bool causal = false,
                           bool need_weights = false) override;
   // See the header comment: k/v projections and convolution inputs stay whole.
-  std::shared_ptr<Attention> prune_heads(const std::vector<int64_t>& keep) const override;
-  std::string spec() const override;
+  std::vector<HeadSlice> head_slices() const override;
+  void own_options(OptionValues& values) const override;
   // Packed sequences: rejected, it takes key masks only (constant along N), and a segment mask varies along N.
   AttentionResult forward_segments(const Tensor&, const Tensor&, const Tensor&, bool, bool) override {
     reject_segment_ids("compressed", "it takes key masks only (constant along N), and a segment mask varies along N");
@@ -63,9 +63,6 @@ class CompressedAttention : public ProjectedAttention {
   CompressedConfig settings;  // kv_heads resolved (never 0 after construction)
   std::shared_ptr<StridedConv1d> compress_k;  // weight (h*dk, H*dk, s)
   std::shared_ptr<StridedConv1d> compress_v;  // weight (h*dv, H*dv, s)
-
- private:
-  std::string spec_with_heads(int64_t heads) const;
 };
 
 }  // namespace attnlab::nn

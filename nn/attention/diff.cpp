@@ -6,7 +6,6 @@
 #include "autograd/ops.hpp"
 #include "nn/attention/kernels/tile_attention.hpp"
 #include "nn/attention/mha.hpp"
-#include "nn/attention/projected.hpp"
 #include "tensor/kernels.hpp"
 
 namespace attnlab::nn {
@@ -139,10 +138,11 @@ Tensor DiffAttention::forward_step(const Tensor& x_new, AttentionCache& cache) {
 }
 
 std::string DiffAttention::spec() const {
-  const HeadConfig& c = config;
-  return fmt::format("diff(heads={}, key_size={}, value_size={}, layer={}, bias={}, causal={}, attn_dropout={}{})",
-                     c.heads, c.key_size, c.value_size, layer, c.bias, c.causal, c.attn_dropout,
-                     gate_options_spec(c.gate));
+  const VariantSchema s = schema();
+  OptionValues v;
+  set_head_options(v, config, s);
+  v.set("layer", layer);
+  return format_spec(s, v);
 }
 
 std::shared_ptr<Attention> DiffAttention::prune_heads(const std::vector<int64_t>& keep) const {
@@ -150,12 +150,10 @@ std::shared_ptr<Attention> DiffAttention::prune_heads(const std::vector<int64_t>
   HeadConfig c = config;
   c.heads = static_cast<int64_t>(keep.size());
   auto out = std::make_shared<DiffAttention>(d_model_, c, layer);
-  out->to(q_proj->weight.dtype());
   // q/k rows hold both halves of each kept head: 2 dk per head.
+  const int64_t dk = config.key_size, dv = config.value_size;
   copy_pruned_state(*this, *out, keep,
-                    {{"q_proj", 2 * config.key_size}, {"k_proj", 2 * config.key_size}, {"v_proj", config.value_size}},
-                    config.value_size, "diff");
-  out->train(is_training());
+                    {{"q_proj.", 2 * dk}, {"k_proj.", 2 * dk}, {"v_proj.", dv}, {"out_proj.weight", dv, 1}}, "diff");
   return out;
 }
 

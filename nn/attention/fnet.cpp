@@ -1,7 +1,7 @@
 // `fnet` (see fnet.hpp) and the input checks shared by the attention-free variants.
 //
 // Choices the papers leave open (docs/attention.md, `fnet`):
-// - The spec string is `fnet()`; `causal` is accepted as an option only so that causal=true
+// - The spec string is `fnet`; `causal` is accepted as an option only so that causal=true
 //   fails with a message that says why (the FFT mixes every position with every other).
 // - prune_heads is an error (no heads); l0_penalty() is 0 (no gates); there is no head_mask.
 #include "nn/attention/fnet.hpp"

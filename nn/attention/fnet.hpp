@@ -21,7 +21,7 @@ class FNet : public Attention {
                           bool need_weights = false) override;
   // fnet has no heads: always a ValueError saying so.
   std::shared_ptr<Attention> prune_heads(const std::vector<int64_t>& keep) const override;
-  std::string spec() const override { return "fnet()"; }
+  std::string spec() const override { return format_spec(schema(), {}); }
   // Packed sequences: rejected, it takes no mask.
   AttentionResult forward_segments(const Tensor&, const Tensor&, const Tensor&, bool, bool) override {
     reject_segment_ids("fnet", "it takes no mask");

@@ -107,15 +107,6 @@ Tensor LinearAttention::forward_step(const Tensor& x_new, AttentionCache& cache)
   return finish(o);  // (B, T, D)
 }
 
-std::string head_spec(const HeadConfig& c) {
-  std::string s = fmt::format("heads={}, key_size={}, value_size={}, bias={}, causal={}, attn_dropout={}", c.heads,
-                              c.key_size, c.value_size, c.bias, c.causal, c.attn_dropout);
-  if (c.gate.kind != "none")
-    s += fmt::format(", gate={}, gate_init={}, gate_temperature={}, gate_gamma={}, gate_zeta={}, gate_hard={}",
-                     c.gate.kind, c.gate.init, c.gate.temperature, c.gate.gamma, c.gate.zeta, c.gate.hard);
-  return s;
-}
-
 VariantSchema LinearAttention::schema() {
   using T = OptionType;
   VariantSchema s{"linear", "linear attention with phi = elu + 1 (Katharopoulos et al. 2020)", multihead_options(),
@@ -154,8 +145,8 @@ AttentionResult LinearAttention::forward(const Tensor& x, const Tensor& context,
   return {finish(r.output), r.attention};  // (B, N, D)
 }
 
-std::string LinearAttention::spec() const {
-  return fmt::format("linear(feature=elu, eps={}, {})", eps, head_spec(config));
+void LinearAttention::own_options(OptionValues& v) const {
+  v.set("feature", "elu").set("eps", eps);
 }
 
 }  // namespace attnlab::nn

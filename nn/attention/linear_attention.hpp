@@ -43,10 +43,6 @@ struct KernelizedCache : AttentionCache {
 // kernelized_attention for these positions: (phi(q) S + within-step terms) / (phi(q) z + eps).
 Tensor kernelized_step(KernelizedCache& c, const Tensor& fq, const Tensor& fk, const Tensor& v, const Tensor& eps);
 
-// "heads=.., key_size=.., value_size=.., bias=.., causal=.., attn_dropout=.." and the gate
-// options when gated: the common part of the pinned spec string.
-std::string head_spec(const HeadConfig& c);
-
 class LinearAttention : public ProjectedAttention {
  public:
   LinearAttention(int64_t d_model, const HeadConfig& config, double eps);
@@ -55,7 +51,7 @@ class LinearAttention : public ProjectedAttention {
 
   AttentionResult forward(const Tensor& x, const Tensor& context = {}, const Tensor& mask = {}, bool causal = false,
                           bool need_weights = false) override;
-  std::string spec() const override;
+  void own_options(OptionValues& values) const override;
   std::string type_name() const override { return "LinearAttention"; }
   // The recurrent state (KernelizedCache, F = dk): B h dk (dv + 1) numbers whatever the length.
   std::unique_ptr<AttentionCache> make_cache(int64_t batch, int64_t max_len) const override;

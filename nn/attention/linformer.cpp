@@ -73,9 +73,8 @@ AttentionResult Linformer::forward(const Tensor& x, const Tensor& context, const
   return {finish(o), Tensor()};
 }
 
-std::string Linformer::spec() const {
-  return fmt::format("linformer({}, proj_len={}, max_len={}, share={})", head_options_spec(config),
-                     settings.proj_len, settings.max_len, settings.share_kv ? "kv" : "none");
+void Linformer::own_options(OptionValues& v) const {
+  v.set("proj_len", settings.proj_len).set("max_len", settings.max_len).set("share", settings.share_kv ? "kv" : "none");
 }
 
 }  // namespace attnlab::nn

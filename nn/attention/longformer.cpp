@@ -429,23 +429,13 @@ AttentionResult Longformer::forward_with(const Tensor& x, const Tensor& context,
   return {finish(r.o), r.attention};
 }
 
-std::string Longformer::spec() const {
-  const HeadConfig& c = config;
-  std::string global;
-  if (options.global_list) {
-    for (int64_t g : options.global) global += (global.empty() ? "global=" : "+") + std::to_string(g);
-  } else {
-    global = fmt::format("global_first={}", options.global_first);
-  }
-  std::string s = fmt::format(
-      "longformer(heads={}, key_size={}, value_size={}, bias={}, causal={}, attn_dropout={}, window={}, dilation={}, {}, "
-      "separate_global={}",
-      c.heads, c.key_size, c.value_size, c.bias, c.causal, c.attn_dropout, options.window, options.dilation, global,
-      options.separate_global);
-  if (c.gate.kind != "none")
-    s += fmt::format(", gate={}, gate_init={}, gate_temperature={}, gate_gamma={}, gate_zeta={}, gate_hard={}",
-                     c.gate.kind, c.gate.init, c.gate.temperature, c.gate.gamma, c.gate.zeta, c.gate.hard);
-  return s + ")";
+void Longformer::own_options(OptionValues& v) const {
+  v.set("window", options.window).set("dilation", options.dilation);
+  if (options.global_list)
+    v.set("global", options.global);
+  else
+    v.set("global_first", options.global_first);
+  v.set("separate_global", options.separate_global);
 }
 
 Tensor Longformer::prune_tensor(const std::string& name, const Tensor& from, const Tensor& to,

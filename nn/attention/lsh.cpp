@@ -45,12 +45,6 @@ MaskElements::MaskElements(const Tensor& mask, int64_t B, int64_t h, int64_t N, 
   sb_ = st[0], sh_ = st[1], sn_ = st[2], sm_ = st[3];
 }
 
-std::string gate_spec(const HeadConfig& c) {
-  if (c.gate.kind == "none") return "";
-  return fmt::format(", gate={}, gate_init={}, gate_temperature={}, gate_gamma={}, gate_zeta={}, gate_hard={}",
-                     c.gate.kind, c.gate.init, c.gate.temperature, c.gate.gamma, c.gate.zeta, c.gate.hard);
-}
-
 Tensor unit_rows(const Tensor& v) {
   // max(||v||, 1e-12) as in F.normalize, written as rsqrt of a clamped square so that a zero row
   // has a zero (not NaN) gradient.
@@ -219,12 +213,8 @@ AttentionResult LshAttention::forward(const Tensor& x, const Tensor& context, co
   return {finish(o), attention};
 }
 
-std::string LshAttention::spec() const {
-  const HeadConfig& c = config;
-  return fmt::format("lsh(buckets={}, hashes={}, chunk={}, heads={}, key_size={}, value_size={}, bias={}, causal={}, "
-                     "attn_dropout={}{})",
-                     buckets, hashes, chunk, c.heads, c.key_size, c.value_size, c.bias, c.causal, c.attn_dropout,
-                     cluster::gate_spec(c));
+void LshAttention::own_options(OptionValues& v) const {
+  v.set("buckets", buckets).set("hashes", hashes).set("chunk", chunk);
 }
 
 Tensor LshAttention::prune_tensor(const std::string& name, const Tensor& from, const Tensor& to,

@@ -33,8 +33,6 @@ class MaskElements {
   const bool* data_ = nullptr;
   int64_t sb_ = 0, sh_ = 0, sn_ = 0, sm_ = 0;
 };
-// ", gate=..., gate_init=..." for spec() strings; "" without gates.
-std::string gate_spec(const HeadConfig& config);
 // v / max(||v||, 1e-12) along the last dim (F.normalize), differentiable, finite at v = 0.
 Tensor unit_rows(const Tensor& v);
 
@@ -50,7 +48,7 @@ class LshAttention : public ProjectedAttention {
   // Self-attention only (a context is an error); N must be a multiple of chunk.
   AttentionResult forward(const Tensor& x, const Tensor& context = {}, const Tensor& mask = {}, bool causal = false,
                           bool need_weights = false) override;
-  std::string spec() const override;
+  void own_options(OptionValues& values) const override;
   std::string type_name() const override { return "LshAttention"; }
 
   // The bucket of every position in every round for input x (B, N, D): (B, h, R, N) int64.

@@ -1,7 +1,6 @@
 #include "nn/attention/mha.hpp"
 
 #include <cmath>
-#include <cstdlib>
 
 #include "autograd/grad_mode.hpp"
 #include "autograd/ops.hpp"
@@ -39,12 +38,6 @@ VariantSchema MultiHeadAttention::schema() {
 
 namespace {
 
-std::string join_values(const auto& values) {
-  std::string s;
-  for (const auto& v : values) s += (s.empty() ? "" : "+") + fmt::format("{}", v);
-  return s;
-}
-
 // The options of current models from a parsed spec, checked against each other.
 MhaOptions read_mha_options(const Options& o, const HeadConfig& c) {
   MhaOptions m;
@@ -66,11 +59,9 @@ MhaOptions read_mha_options(const Options& o, const HeadConfig& c) {
   if (o.given("alibi_slopes")) {
     if (!m.alibi) o.reject("alibi_slopes", "needs alibi=true");
     for (const std::string& item : o.get_list("alibi_slopes")) {
-      char* end = nullptr;
-      const double v = std::strtod(item.c_str(), &end);
-      if (item.empty() || *end != '\0' || !std::isfinite(v))
-        o.reject("alibi_slopes", fmt::format("\"{}\" is not a number", item));
-      m.alibi_slopes.push_back(v);
+      const std::optional<double> v = parse_number(item);
+      if (!v || !std::isfinite(*v)) o.reject("alibi_slopes", fmt::format("\"{}\" is not a number", item));
+      m.alibi_slopes.push_back(*v);
     }
     if (int64_t(m.alibi_slopes.size()) != h) o.reject("alibi_slopes", fmt::format("needs one slope per head ({})", h));
   }
@@ -306,25 +297,22 @@ Tensor MultiHeadAttention::forward_step(const Tensor& x_new, AttentionCache& cac
 }
 
 std::string MultiHeadAttention::spec() const {
-  const HeadConfig& c = config;
   const MhaOptions& o = options;
-  std::string s = fmt::format("mha(heads={}, key_size={}, value_size={}, bias={}, key_bias={}, causal={}, attn_dropout={}",
-                              c.heads, c.key_size, c.value_size, c.bias, key_bias, c.causal, c.attn_dropout);
-  if (c.gate.kind != "none")
-    s += fmt::format(", gate={}, gate_init={}, gate_temperature={}, gate_gamma={}, gate_zeta={}, gate_hard={}",
-                     c.gate.kind, c.gate.init, c.gate.temperature, c.gate.gamma, c.gate.zeta, c.gate.hard);
-  if (o.kv_heads != c.heads) s += fmt::format(", kv_heads={}", o.kv_heads);
-  if (!o.kv_index.empty()) s += ", kv_index=" + join_values(o.kv_index);
-  if (o.alibi) s += ", alibi=true";
-  if (!o.alibi_slopes.empty()) s += ", alibi_slopes=" + join_values(o.alibi_slopes);
-  if (o.qk_norm) s += ", qk_norm=true";
-  if (o.softcap > 0) s += fmt::format(", softcap={}", o.softcap);
-  if (o.score != "softmax") s += ", score=" + o.score;
-  if (o.sigmoid_bias) s += fmt::format(", sigmoid_bias={}", *o.sigmoid_bias);
-  if (o.score == "softpick") s += fmt::format(", softpick_eps={}", o.softpick_eps);
-  if (o.sinks) s += ", sinks=true";
-  if (o.rope) s += fmt::format(", rope=true, rope_base={}", o.rope_base);
-  return s + ")";
+  const VariantSchema s = schema();
+  OptionValues v;
+  set_head_options(v, config, s);
+  v.set("key_bias", key_bias).set("kv_index", o.kv_index);  // kv_index: empty unless pruned
+  // The options of current models only when on.
+  if (o.kv_heads != config.heads) v.set("kv_heads", o.kv_heads);
+  if (o.alibi) v.set("alibi", true).set("alibi_slopes", o.alibi_slopes);
+  if (o.qk_norm) v.set("qk_norm", true);
+  if (o.softcap > 0) v.set("softcap", o.softcap);
+  if (o.score != "softmax") v.set("score", o.score);
+  if (o.sigmoid_bias) v.set("sigmoid_bias", *o.sigmoid_bias);
+  if (o.score == "softpick") v.set("softpick_eps", o.softpick_eps);
+  if (o.sinks) v.set("sinks", true);
+  if (o.rope) v.set("rope", true).set("rope_base", o.rope_base);
+  return format_spec(s, v);
 }
 
 std::shared_ptr<Attention> MultiHeadAttention::prune_heads(const std::vector<int64_t>& keep) const {
@@ -352,24 +340,13 @@ std::shared_ptr<Attention> MultiHeadAttention::prune_heads(const std::vector<int
     o.alibi_slopes = kept == alibi_slopes(h2) ? std::vector<double>{} : kept;
   }
   auto out = std::make_shared<MultiHeadAttention>(d_model_, c, key_bias, o);
-  out->to(q_proj->weight.dtype());
-  NoGradGuard no_grad;
   const int64_t dk = config.key_size, dv = config.value_size;
-  auto copy_rows = [&](const std::shared_ptr<Linear>& from, const std::shared_ptr<Linear>& to,
-                       const std::vector<int64_t>& heads, int64_t d) {
-    kernels::copy_(to->weight, take_heads(from->weight, heads, d, 0));
-    if (from->bias.defined()) kernels::copy_(to->bias, take_heads(from->bias, heads, d, 0));
-  };
-  copy_rows(q_proj, out->q_proj, keep, dk);
-  copy_rows(k_proj, out->k_proj, kv_keep, dk);
-  copy_rows(v_proj, out->v_proj, kv_keep, dv);
-  kernels::copy_(out->out_proj->weight, take_heads(out_proj->weight, keep, dv, 1));
-  if (out_proj->bias.defined()) kernels::copy_(out->out_proj->bias, out_proj->bias);
-  if (q_norm) kernels::copy_(out->q_norm->weight, q_norm->weight), kernels::copy_(out->k_norm->weight, k_norm->weight);
-  if (sinks.defined()) kernels::copy_(out->sinks, take_heads(sinks, keep, 1, 0));
-  kernels::copy_(out->head_mask, take_heads(head_mask, keep, 1, 0));
-  if (gate) kernels::copy_(out->gate->log_alpha, take_heads(gate->log_alpha, keep, 1, 0));
-  out->train(is_training());
+  copy_pruned_state(*this, *out, keep,
+                    {{"q_proj.", dk}, {"k_proj.", dk, 0, kv_keep}, {"v_proj.", dv, 0, kv_keep}, {"out_proj.weight", dv, 1},
+                     {"sinks", 1}},
+                    "mha", [](const std::string& name, const Tensor& from, const Tensor& to) {
+                      return name == "kv_index" ? to : from;  // kv_index: built from the pruned options
+                    });
   return out;
 }
 

@@ -63,6 +63,8 @@ std::shared_ptr<Attention> Mixer::prune_heads(const std::vector<int64_t>&) const
   fail<ValueError>("mixer: prune_heads: mixer is attention-free and has no heads to prune");
 }
 
-std::string Mixer::spec() const { return fmt::format("mixer(max_len={}, hidden={}, bias={})", max_len, hidden, bias); }
+std::string Mixer::spec() const {
+  return format_spec(schema(), OptionValues().set("max_len", max_len).set("hidden", hidden).set("bias", bias));
+}
 
 }  // namespace attnlab::nn

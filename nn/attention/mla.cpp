@@ -6,7 +6,6 @@
 #include "autograd/ops.hpp"
 #include "nn/attention/kernels/tile_attention.hpp"
 #include "nn/attention/mha.hpp"
-#include "nn/attention/projected.hpp"
 #include "nn/rotary.hpp"
 #include "tensor/kernels.hpp"
 
@@ -205,11 +204,11 @@ Tensor LatentAttention::forward_step(const Tensor& x_new, AttentionCache& cache)
 
 std::string LatentAttention::spec() const {
   const LatentConfig& c = config;
-  return fmt::format(
-      "mla(heads={}, kv_rank={}, q_rank={}, key_size={}, rope_size={}, value_size={}, causal={}, attn_dropout={}, "
-      "absorb={}{})",
-      c.head.heads, c.kv_rank, c.q_rank, c.head.key_size, c.rope_size, c.head.value_size, c.head.causal,
-      c.head.attn_dropout, c.absorb, gate_options_spec(c.head.gate));
+  const VariantSchema s = schema();
+  OptionValues v;
+  set_head_options(v, c.head, s);
+  v.set("kv_rank", c.kv_rank).set("q_rank", c.q_rank).set("rope_size", c.rope_size).set("absorb", c.absorb);
+  return format_spec(s, v);
 }
 
 std::shared_ptr<Attention> LatentAttention::prune_heads(const std::vector<int64_t>& keep) const {
@@ -217,23 +216,10 @@ std::shared_ptr<Attention> LatentAttention::prune_heads(const std::vector<int64_
   LatentConfig c = config;
   c.head.heads = static_cast<int64_t>(keep.size());
   auto out = std::make_shared<LatentAttention>(d_model_, c);
-  out->to(kv_down->weight.dtype());
-  NoGradGuard no_grad;
   const int64_t dq = config.head.key_size + config.rope_size, dkv = config.head.key_size + config.head.value_size;
-  if (q_proj) {
-    kernels::copy_(out->q_proj->weight, take_heads(q_proj->weight, keep, dq, 0));
-  } else {
-    kernels::copy_(out->q_down->weight, q_down->weight);
-    kernels::copy_(out->q_norm->weight, q_norm->weight);
-    kernels::copy_(out->q_up->weight, take_heads(q_up->weight, keep, dq, 0));
-  }
-  kernels::copy_(out->kv_down->weight, kv_down->weight);
-  kernels::copy_(out->kv_norm->weight, kv_norm->weight);
-  kernels::copy_(out->kv_up->weight, take_heads(kv_up->weight, keep, dkv, 0));
-  kernels::copy_(out->out_proj->weight, take_heads(out_proj->weight, keep, config.head.value_size, 1));
-  kernels::copy_(out->head_mask, take_heads(head_mask, keep, 1, 0));
-  if (gate) kernels::copy_(out->gate->log_alpha, take_heads(gate->log_alpha, keep, 1, 0));
-  out->train(is_training());
+  copy_pruned_state(*this, *out, keep,
+                    {{"q_proj.", dq}, {"q_up.", dq}, {"kv_up.", dkv}, {"out_proj.weight", config.head.value_size, 1}},
+                    "mla");
   return out;
 }
 

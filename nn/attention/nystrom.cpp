@@ -131,9 +131,8 @@ AttentionResult NystromAttention::forward(const Tensor& x, const Tensor& context
   return {finish(o), attention};
 }
 
-std::string NystromAttention::spec() const {
-  return fmt::format("nystrom({}, landmarks={}, pinv_iters={}, conv={})", head_options_spec(config),
-                     settings.landmarks, settings.pinv_iters, settings.conv);
+void NystromAttention::own_options(OptionValues& v) const {
+  v.set("landmarks", settings.landmarks).set("pinv_iters", settings.pinv_iters).set("conv", settings.conv);
 }
 
 }  // namespace attnlab::nn

@@ -273,13 +273,6 @@ AttentionResult PatternAttention::forward_with(const Tensor& x, const Tensor& co
   return {finish(o), attention};
 }
 
-std::string PatternAttention::spec() const {
-  const HeadConfig& c = config;
-  return fmt::format("{}({}, heads={}, key_size={}, value_size={}, bias={}, causal={}, attn_dropout={}{})", variant(),
-                     own_options(), c.heads, c.key_size, c.value_size, c.bias, c.causal, c.attn_dropout,
-                     gate_options_spec(c.gate));
-}
-
 // ---- local ----
 
 VariantSchema LocalAttention::schema() {
@@ -325,9 +318,9 @@ std::vector<PatternAttention::Part> LocalAttention::parts(int64_t n, int64_t m, 
   return {band};
 }
 
-std::string LocalAttention::own_options() const {
-  return sink_tokens == 0 ? fmt::format("window={}", window)
-                          : fmt::format("window={}, sink_tokens={}", window, sink_tokens);
+void LocalAttention::own_options(OptionValues& v) const {
+  v.set("window", window);
+  if (sink_tokens > 0) v.set("sink_tokens", sink_tokens);
 }
 
 namespace {
@@ -413,7 +406,7 @@ std::vector<PatternAttention::Part> DilatedAttention::parts(int64_t n, int64_t m
   return {dilated_band(n, m, window, dilation, causal)};
 }
 
-std::string DilatedAttention::own_options() const { return fmt::format("window={}, dilation={}", window, dilation); }
+void DilatedAttention::own_options(OptionValues& v) const { v.set("window", window).set("dilation", dilation); }
 
 // ---- sparse_strided ----
 
@@ -466,7 +459,7 @@ std::vector<PatternAttention::Part> StridedSparseAttention::parts(int64_t n, int
   return out;
 }
 
-std::string StridedSparseAttention::own_options() const { return fmt::format("stride={}", stride); }
+void StridedSparseAttention::own_options(OptionValues& v) const { v.set("stride", stride); }
 
 // ---- sparse_fixed ----
 
@@ -533,6 +526,6 @@ std::vector<PatternAttention::Part> FixedSparseAttention::parts(int64_t n, int64
   return out;
 }
 
-std::string FixedSparseAttention::own_options() const { return fmt::format("block={}, summary={}", block, summary); }
+void FixedSparseAttention::own_options(OptionValues& v) const { v.set("block", block).set("summary", summary); }
 
 }  // namespace attnlab::nn

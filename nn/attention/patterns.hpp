@@ -69,7 +69,6 @@ class PatternAttention : public ProjectedAttention {
   // need_weights densifies the probabilities (B, h, N, M): small inputs only.
   AttentionResult forward(const Tensor& x, const Tensor& context = {}, const Tensor& mask = {}, bool causal = false,
                           bool need_weights = false) override;
-  std::string spec() const override;
 
   // The documented rule for query n and key m (causality and the mask aside), written plainly.
   virtual bool allows(int64_t n, int64_t m) const = 0;
@@ -80,8 +79,6 @@ class PatternAttention : public ProjectedAttention {
 
  protected:
   PatternAttention(std::string variant, int64_t d_model, const HeadConfig& config);
-  // The variant's own options as "name=value, ..." for spec().
-  virtual std::string own_options() const = 0;
   // Packed sequences: the segment ids go to every part's tile_attention (no (N, N) mask).
   AttentionResult forward_segments(const Tensor& x, const Tensor& segment_ids, const Tensor& mask, bool causal,
                                    bool need_weights) override;
@@ -107,7 +104,7 @@ class LocalAttention : public PatternAttention {
   int64_t sink_tokens;  // s: keys 0..s-1 are attended by every query (causal: by those at n >= m)
 
  protected:
-  std::string own_options() const override;
+  void own_options(OptionValues& values) const override;
 };
 
 class StridedSparseAttention : public PatternAttention {
@@ -121,7 +118,7 @@ class StridedSparseAttention : public PatternAttention {
   int64_t stride;
 
  protected:
-  std::string own_options() const override;
+  void own_options(OptionValues& values) const override;
 };
 
 class FixedSparseAttention : public PatternAttention {
@@ -135,7 +132,7 @@ class FixedSparseAttention : public PatternAttention {
   int64_t block, summary;
 
  protected:
-  std::string own_options() const override;
+  void own_options(OptionValues& values) const override;
 };
 
 class DilatedAttention : public PatternAttention {
@@ -149,7 +146,7 @@ class DilatedAttention : public PatternAttention {
   int64_t window, dilation;
 
  protected:
-  std::string own_options() const override;
+  void own_options(OptionValues& values) const override;
 };
 
 }  // namespace attnlab::nn

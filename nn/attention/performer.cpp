@@ -176,9 +176,9 @@ Tensor Performer::forward_step(const Tensor& x_new, AttentionCache& cache) {
   return finish(o);  // (B, T, D)
 }
 
-std::string Performer::spec() const {
-  return fmt::format("performer(features={}, ortho={}, redraw={}, eps={}, {})", performer.features, performer.ortho,
-                     performer.redraw, performer.eps, head_spec(config));
+void Performer::own_options(OptionValues& v) const {
+  v.set("features", performer.features).set("ortho", performer.ortho).set("redraw", performer.redraw);
+  v.set("eps", performer.eps);
 }
 
 }  // namespace attnlab::nn

@@ -38,7 +38,7 @@ class Performer : public ProjectedAttention {
 
   AttentionResult forward(const Tensor& x, const Tensor& context = {}, const Tensor& mask = {}, bool causal = false,
                           bool need_weights = false) override;
-  std::string spec() const override;
+  void own_options(OptionValues& values) const override;
   std::string type_name() const override { return "Performer"; }
   // The recurrent state (KernelizedCache, F = m) with the running key shift: B h (m (dv + 1) + 1)
   // numbers whatever the length. When new keys raise the largest key exponent c to c', the

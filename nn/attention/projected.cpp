@@ -41,65 +41,34 @@ Tensor ProjectedAttention::prune_tensor(const std::string& name, const Tensor& f
                    to_string(from.shape()), to_string(to.shape()));
 }
 
-namespace {
+void ProjectedAttention::own_options(OptionValues&) const {}
 
-bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
-
-// The spec `text` with heads=h (added when absent).
-std::string with_heads(const std::string& text, int64_t h) {
-  Spec spec = parse_spec(text);
-  bool found = false;
-  for (auto& [k, v] : spec.options)
-    if (k == "heads") v = std::to_string(h), found = true;
-  if (!found) spec.options.emplace_back("heads", std::to_string(h));
-  return to_string(spec);
+std::string ProjectedAttention::spec_with_heads(int64_t h) const {
+  const VariantSchema& schema = registered_schema(variant_);
+  OptionValues values;
+  set_head_options(values, config, schema);
+  own_options(values);
+  values.set("heads", h);
+  return format_spec(schema, values);
 }
 
-}  // namespace
+std::string ProjectedAttention::spec() const { return spec_with_heads(config.heads); }
+
+std::vector<HeadSlice> ProjectedAttention::head_slices() const {
+  const int64_t dk = config.key_size, dv = config.value_size;
+  return {{"q_proj.", dk}, {"k_proj.", dk}, {"v_proj.", dv}, {"out_proj.weight", dv, 1}};
+}
 
 std::shared_ptr<Attention> ProjectedAttention::prune_heads(const std::vector<int64_t>& keep) const {
   check_keep(keep, config.heads, variant_.c_str());
-  const int64_t dk = config.key_size, dv = config.value_size;
-  auto out = make_attention(with_heads(spec(), static_cast<int64_t>(keep.size())), d_model_);
-  out->to(q_proj->weight.dtype());
-  NoGradGuard no_grad;
-  const TensorMap src = state_dict();
-  for (auto& [name, dst] : out->state_dict()) {
-    auto it = src.find(name);
-    if (it == src.end()) fail<ValueError>("{}: prune_heads: the smaller layer has {} which this one lacks", variant_, name);
-    const Tensor& from = it->second;
-    Tensor value;
-    if (name == "out_proj.weight")
-      value = take_heads(from, keep, dv, 1);
-    else if (name == "out_proj.bias")
-      value = from;
-    else if (starts_with(name, "q_proj.") || starts_with(name, "k_proj."))
-      value = take_heads(from, keep, dk, 0);
-    else if (starts_with(name, "v_proj."))
-      value = take_heads(from, keep, dv, 0);
-    else if (name == "head_mask" || name == "gate.log_alpha")
-      value = take_heads(from, keep, 1, 0);
-    else
-      value = prune_tensor(name, from, dst, keep);
-    if (value.shape() != dst.shape())
-      fail<ShapeError>("{}: prune_heads: {} pruned to {}, expected {}", variant_, name, to_string(value.shape()),
-                       to_string(dst.shape()));
-    Tensor d = dst;
-    kernels::copy_(d, value);
-  }
-  out->train(is_training());
+  auto out = make_attention(spec_with_heads(static_cast<int64_t>(keep.size())), d_model_);
+  copy_pruned_state(*this, *out, keep, head_slices(), variant_,
+                    [&](const std::string& name, const Tensor& from, const Tensor& to) {
+                      if (!from.defined())
+                        fail<ValueError>("{}: prune_heads: the smaller layer has {} which this one lacks", variant_, name);
+                      return prune_tensor(name, from, to, keep);
+                    });
   return out;
-}
-
-std::string head_options_spec(const HeadConfig& c, int64_t heads) {
-  return fmt::format("heads={}, key_size={}, value_size={}, bias={}, attn_dropout={}{}", heads >= 0 ? heads : c.heads,
-                     c.key_size, c.value_size, c.bias, c.attn_dropout, gate_options_spec(c.gate));
-}
-
-std::string gate_options_spec(const GateConfig& g) {
-  if (g.kind == "none") return "";
-  return fmt::format(", gate={}, gate_init={}, gate_temperature={}, gate_gamma={}, gate_zeta={}, gate_hard={}", g.kind,
-                     g.init, g.temperature, g.gamma, g.zeta, g.hard);
 }
 
 }  // namespace attnlab::nn

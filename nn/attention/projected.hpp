@@ -19,9 +19,11 @@ class ProjectedAttention : public Attention {
   ProjectedAttention(std::string variant, int64_t d_model, const HeadConfig& config, bool has_k_proj = true);
 
   // Generic head pruning: builds the same spec with heads = keep.size() through the registry,
-  // then copies the projections' head rows, out_proj's head columns, head_mask, the gates and
-  // every other tensor through prune_tensor().
+  // then copies the kept heads' slices (head_slices()), head_mask, the gates and every other
+  // tensor through prune_tensor() (copy_pruned_state).
   std::shared_ptr<Attention> prune_heads(const std::vector<int64_t>& keep) const override;
+  // format_spec of the registered schema of variant() with the head options and own_options().
+  std::string spec() const override;
   const std::string& variant() const { return variant_; }
 
   HeadConfig config;
@@ -36,11 +38,18 @@ class ProjectedAttention : public Attention {
     Tensor k;  // (B, h, M, dk), undefined without k_proj
     Tensor v;  // (B, h, M, dv)
   };
+  // The variant's own resolved options (those beside the head options), for spec().
+  virtual void own_options(OptionValues& values) const;
+  // spec() with heads = h: the spec of prune_heads' smaller layer.
+  std::string spec_with_heads(int64_t h) const;
   // x (B, N, D), c (B, M, D) (c = x for self-attention).
   Heads project(const Tensor& x, const Tensor& c);
   // o (B, h, N, dv) -> (B, N, D): the per-head gate and head_mask, then out_proj.
   Tensor finish(const Tensor& o);
-  // The value prune_heads gives the variant's own tensor `name` (not a projection, head_mask or
+  // The per-head slices prune_heads takes: q_proj/k_proj rows (dk per head), v_proj rows and
+  // out_proj.weight columns (dv per head).
+  virtual std::vector<HeadSlice> head_slices() const;
+  // The value prune_heads gives the variant's own tensor `name` (not a head slice, head_mask or
   // gate) in the smaller layer. Default: `from` whole when the smaller layer's tensor `to` has
   // its shape (tensors shared by the heads); head rows (dim 0) when dim 0 is the head count;
   // otherwise an error. A variant with per-head tensors must override this for them: a `keep`
@@ -52,13 +61,5 @@ class ProjectedAttention : public Attention {
  private:
   std::string variant_;
 };
-
-// spec() text of the common head options, "heads=.., key_size=.., value_size=.., bias=..,
-// attn_dropout=.." then gate_options_spec(config.gate); `heads` >= 0 replaces config.heads
-// (compressed writes the spec of a pruned copy). For variants whose spec() does not print causal.
-std::string head_options_spec(const HeadConfig& config, int64_t heads = -1);
-// ", gate=.., gate_init=.., gate_temperature=.., gate_gamma=.., gate_zeta=.., gate_hard=.." when
-// the config has a gate, "" otherwise.
-std::string gate_options_spec(const GateConfig& gate);
 
 }  // namespace attnlab::nn

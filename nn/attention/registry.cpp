@@ -56,6 +56,14 @@ std::vector<Variant>& table() {
   return t;
 }
 
+const Variant& find_variant(const std::string& name) {
+  for (const Variant& v : table())
+    if (v.schema.name == name) return v;
+  std::string names;
+  for (const Variant& v : table()) names += (names.empty() ? "" : ", ") + v.schema.name;
+  fail<ValueError>("attention: unknown variant {} (known: {})", name, names);
+}
+
 }  // namespace
 
 const std::vector<Variant>& variants() { return table(); }
@@ -67,13 +75,12 @@ void register_variant(Variant variant) {
   table().push_back(std::move(variant));
 }
 
+const VariantSchema& registered_schema(const std::string& name) { return find_variant(name).schema; }
+
 std::shared_ptr<Attention> make_attention(const std::string& text, int64_t d_model) {
   Spec spec = parse_spec(text);
-  for (const Variant& v : table())
-    if (v.schema.name == spec.name) return v.make(Options(v.schema, spec), d_model);
-  std::string names;
-  for (const Variant& v : table()) names += (names.empty() ? "" : ", ") + v.schema.name;
-  fail<ValueError>("attention: unknown variant {} (known: {})", spec.name, names);
+  const Variant& v = find_variant(spec.name);
+  return v.make(Options(v.schema, spec), d_model);
 }
 
 }  // namespace attnlab::nn

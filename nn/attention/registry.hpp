@@ -23,6 +23,8 @@ struct Variant {
 const std::vector<Variant>& variants();
 // Builds the variant named by `spec`, e.g. make_attention("mha(heads=4, key_size=32)", 128).
 std::shared_ptr<Attention> make_attention(const std::string& spec, int64_t d_model);
+// The schema of the registered variant `name` (ValueError listing the known names otherwise).
+const VariantSchema& registered_schema(const std::string& name);
 // Adds a variant at run time (user code); the name must be new.
 void register_variant(Variant variant);
 

@@ -6,7 +6,6 @@
 #include "autograd/grad_mode.hpp"
 #include "autograd/ops.hpp"
 #include "nn/attention/mha.hpp"
-#include "nn/attention/projected.hpp"
 #include "tensor/kernels.hpp"
 
 namespace attnlab::nn {
@@ -184,13 +183,13 @@ Tensor Retention::forward_step(const Tensor& x_new, AttentionCache& cache) {
 }
 
 std::string Retention::spec() const {
-  const HeadConfig& c = config;
+  const VariantSchema s = schema();
+  OptionValues v;
+  set_head_options(v, config, s);
   bool same = true;
   for (double g : gammas) same &= g == gammas[0];
-  std::vector<std::string> decay;
-  for (size_t i = 0; i < (same ? 1 : gammas.size()); ++i) decay.push_back(fmt::format("{}", gammas[i]));
-  return fmt::format("retention(heads={}, key_size={}, value_size={}, decay={}, chunk={}, bias={}{})", c.heads,
-                     c.key_size, c.value_size, fmt::join(decay, "+"), chunk, c.bias, gate_options_spec(c.gate));
+  v.set("decay", same ? std::vector<double>{gammas[0]} : gammas).set("chunk", chunk);
+  return format_spec(s, v);
 }
 
 std::shared_ptr<Attention> Retention::prune_heads(const std::vector<int64_t>& keep) const {
@@ -200,11 +199,10 @@ std::shared_ptr<Attention> Retention::prune_heads(const std::vector<int64_t>& ke
   std::vector<double> kept;
   for (int64_t i : keep) kept.push_back(gammas[i]);
   auto out = std::make_shared<Retention>(d_model_, c, kept, chunk);
-  out->to(q_proj->weight.dtype());
   const int64_t dk = config.key_size, dv = config.value_size;
-  copy_pruned_state(*this, *out, keep, {{"q_proj", dk}, {"k_proj", dk}, {"v_proj", dv}, {"g_proj", dv}}, dv,
+  copy_pruned_state(*this, *out, keep,
+                    {{"q_proj.", dk}, {"k_proj.", dk}, {"v_proj.", dv}, {"g_proj.", dv}, {"out_proj.weight", dv, 1}},
                     "retention");
-  out->train(is_training());
   return out;
 }
 

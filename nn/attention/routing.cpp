@@ -18,7 +18,7 @@
 #include <cmath>
 
 #include "autograd/ops.hpp"
-#include "nn/attention/lsh.hpp"  // cluster::MaskElements, gate_spec, unit_rows
+#include "nn/attention/lsh.hpp"  // cluster::MaskElements, unit_rows
 #include "nn/init.hpp"
 #include "tensor/kernels.hpp"
 #include "tensor/parallel.hpp"
@@ -343,12 +343,8 @@ AttentionResult RoutingAttention::forward(const Tensor& x, const Tensor& context
   return {finish(o), attention};
 }
 
-std::string RoutingAttention::spec() const {
-  const HeadConfig& c = config;
-  return fmt::format("routing(clusters={}, decay={}, heads={}, key_size={}, value_size={}, bias={}, causal={}, "
-                     "attn_dropout={}{})",
-                     clusters, decay, c.heads, c.key_size, c.value_size, c.bias, c.causal, c.attn_dropout,
-                     cluster::gate_spec(c));
+void RoutingAttention::own_options(OptionValues& v) const {
+  v.set("clusters", clusters).set("decay", decay);
 }
 
 Tensor RoutingAttention::prune_tensor(const std::string& name, const Tensor& from, const Tensor& to,

@@ -27,7 +27,7 @@ class RoutingAttention : public ProjectedAttention {
   // Self-attention only (a context is an error). In train mode, updates `centroids` afterwards.
   AttentionResult forward(const Tensor& x, const Tensor& context = {}, const Tensor& mask = {}, bool causal = false,
                           bool need_weights = false) override;
-  std::string spec() const override;
+  void own_options(OptionValues& values) const override;
   std::string type_name() const override { return "RoutingAttention"; }
 
   // The cluster of every query and every key for input x (B, N, D): two (B, h, N) int64 tensors.

@@ -122,9 +122,9 @@ AttentionResult SinkhornAttention::forward(const Tensor& x, const Tensor& contex
   return {finish(o), attention};
 }
 
-std::string SinkhornAttention::spec() const {
-  return fmt::format("sinkhorn({}, block={}, iters={}, temperature={}, max_len={})", head_options_spec(config),
-                     settings.block, settings.iters, settings.temperature, settings.max_len);
+void SinkhornAttention::own_options(OptionValues& v) const {
+  v.set("block", settings.block).set("iters", settings.iters).set("temperature", settings.temperature);
+  v.set("max_len", settings.max_len);
 }
 
 }  // namespace attnlab::nn

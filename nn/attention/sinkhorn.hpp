@@ -37,7 +37,7 @@ class SinkhornAttention : public ProjectedAttention {
 
   AttentionResult forward(const Tensor& x, const Tensor& context = {}, const Tensor& mask = {}, bool causal = false,
                           bool need_weights = false) override;
-  std::string spec() const override;
+  void own_options(OptionValues& values) const override;
   // Packed sequences: rejected, it takes key masks only (constant along N), and a segment mask varies along N.
   AttentionResult forward_segments(const Tensor&, const Tensor&, const Tensor&, bool, bool) override {
     reject_segment_ids("sinkhorn", "it takes key masks only (constant along N), and a segment mask varies along N");

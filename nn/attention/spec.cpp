@@ -1,8 +1,5 @@
 #include "nn/attention/spec.hpp"
 
-#include <cctype>
-#include <charconv>
-
 #include "tensor/error.hpp"
 
 namespace attnlab::nn {
@@ -11,13 +8,6 @@ namespace {
 std::string trim(const std::string& s) {
   size_t b = s.find_first_not_of(" \t\n"), e = s.find_last_not_of(" \t\n");
   return b == std::string::npos ? "" : s.substr(b, e - b + 1);
-}
-
-bool is_identifier(const std::string& s) {
-  if (s.empty() || !(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_')) return false;
-  for (char c : s)
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) return false;
-  return true;
 }
 
 std::vector<std::string> split_plus(const std::string& s) {
@@ -51,56 +41,27 @@ std::string join(const std::vector<std::string>& v, const char* sep) {
 }
 
 bool parse_int(const std::string& s, int64_t* out) {
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
-  return ec == std::errc() && p == s.data() + s.size();
+  auto v = parse_integer(s);
+  if (v) *out = *v;
+  return v.has_value();
 }
 
 bool parse_double(const std::string& s, double* out) {
-  if (s.empty()) return false;
-  char* end = nullptr;
-  *out = std::strtod(s.c_str(), &end);
-  return end == s.c_str() + s.size();
+  auto v = parse_number(s);
+  if (v) *out = *v;
+  return v.has_value();
 }
 
 }  // namespace
 
 Spec parse_spec(const std::string& text) {
-  const std::string s = trim(text);
-  Spec spec;
-  size_t open = s.find('(');
-  spec.name = trim(s.substr(0, open));
+  Spec spec = parse_option_string(text, "attention spec");
   if (!is_identifier(spec.name))
     fail<ValueError>("attention spec \"{}\": expected a variant name like mha or talking_heads(heads=8)", text);
-  if (open == std::string::npos) return spec;
-  if (s.back() != ')') fail<ValueError>("attention spec \"{}\": missing ')' at the end", text);
-  const std::string body = trim(s.substr(open + 1, s.size() - open - 2));
-  if (body.empty()) return spec;
-  size_t start = 0;
-  while (start <= body.size()) {
-    size_t comma = body.find(',', start);
-    std::string item = trim(body.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
-    size_t eq = item.find('=');
-    if (eq == std::string::npos)
-      fail<ValueError>("attention spec \"{}\": option \"{}\" needs a value (name=value)", text, item);
-    std::string name = trim(item.substr(0, eq)), value = trim(item.substr(eq + 1));
-    if (!is_identifier(name)) fail<ValueError>("attention spec \"{}\": \"{}\" is not an option name", text, name);
-    if (value.empty()) fail<ValueError>("attention spec \"{}\": option {} has an empty value", text, name);
-    for (auto& [n, v] : spec.options)
-      if (n == name) fail<ValueError>("{}: option {} is given twice", spec.name, name);
-    spec.options.emplace_back(name, value);
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
   return spec;
 }
 
-std::string to_string(const Spec& spec) {
-  if (spec.options.empty()) return spec.name;
-  std::string s = spec.name + "(";
-  for (size_t i = 0; i < spec.options.size(); ++i)
-    s += (i ? ", " : "") + spec.options[i].first + "=" + spec.options[i].second;
-  return s + ")";
-}
+std::string to_string(const Spec& spec) { return format_option_string(spec); }
 
 Options::Options(const VariantSchema& schema, const Spec& spec) : variant_(schema.name), schema_(&schema) {
   for (auto& [name, value] : spec.options) {
@@ -204,6 +165,20 @@ std::vector<int64_t> Options::get_int_list(const std::string& name) const {
     out.push_back(v);
   }
   return out;
+}
+
+std::string format_spec(const VariantSchema& schema, const OptionValues& values) {
+  for (const auto& [name, value] : values.values()) {
+    bool known = false;
+    for (const OptionSchema& o : schema.options) known |= o.name == name;
+    if (!known) fail<ValueError>("{}: internal: spec() sets option {}={}, which the schema lacks", schema.name, name, value);
+  }
+  Spec spec{schema.name, {}};
+  for (const OptionSchema& o : schema.options) {
+    auto it = values.values().find(o.name);
+    if (it != values.values().end() && !it->second.empty()) spec.options.emplace_back(o.name, it->second);
+  }
+  return to_string(spec);
 }
 
 }  // namespace attnlab::nn

@@ -4,20 +4,22 @@
 // ill-typed value or a value outside the allowed set is an error naming the variant, the
 // option and what is allowed.
 #pragma once
+#include <concepts>
 #include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "tensor/option_string.hpp"
+
 namespace attnlab::nn {
 
-struct Spec {
-  std::string name;
-  std::vector<std::pair<std::string, std::string>> options;  // in the order written
-};
+// The grammar is the one of tensor/option_string.hpp, shared with the LR schedules.
+using Spec = OptionString;
 
-// Parses "talking_heads(heads=8, logit_heads=4)"; "mha" alone has no options.
+// Parses "talking_heads(heads=8, logit_heads=4)"; "mha" alone has no options. The name must
+// be an identifier.
 Spec parse_spec(const std::string& text);
 std::string to_string(const Spec& spec);
 
@@ -67,5 +69,48 @@ class Options {
   const VariantSchema* schema_;
   std::map<std::string, std::string> values_;
 };
+
+// A layer's resolved option values as spec text, for format_spec: set(name, value) takes a
+// bool, an integer, a double (printed by format_number, so it parses back to the same value),
+// a string, or a vector of these ('+'-joined).
+class OptionValues {
+ public:
+  template <class T>
+  OptionValues& set(const std::string& name, const T& value) {
+    values_[name] = text(value);
+    return *this;
+  }
+  const std::map<std::string, std::string>& values() const { return values_; }
+
+ private:
+  template <class T>
+  static std::string text(const T& v) {
+    if constexpr (std::same_as<T, bool>) {
+      return v ? "true" : "false";
+    } else if constexpr (std::integral<T>) {
+      return std::to_string(v);
+    } else if constexpr (std::floating_point<T>) {
+      return format_number(v);
+    } else if constexpr (requires { v.begin(); v.end(); typename T::value_type; } && !std::same_as<T, std::string>) {
+      std::string s;
+      for (const auto& item : v) {
+        if (!s.empty()) s += '+';
+        s += text(item);
+      }
+      return s;
+    } else {
+      return std::string(v);
+    }
+  }
+  std::map<std::string, std::string> values_;
+};
+
+// The spec string of a layer (docs/attention.md, "Spec strings"): the schema's name and every
+// option the layer set, in schema order, defaults included, so that a later change of a default
+// does not change a layer rebuilt from it. A layer leaves out a feature that is off together
+// with its sub-options (no gate: no gate_init; rope=false: no rope_base), and an empty value
+// (kv_index before pruning) is left out; with nothing set the spec is the bare name. A value
+// for an option the schema lacks is an error.
+std::string format_spec(const VariantSchema& schema, const OptionValues& values);
 
 }  // namespace attnlab::nn

@@ -177,10 +177,6 @@ void validate(const SynthesizerConfig& c) {
   }
 }
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 }  // namespace
 
 bool SynthesizerConfig::has(const std::string& part) const {
@@ -352,18 +348,14 @@ Tensor Synthesizer::forward_step(const Tensor& x_new, AttentionCache& cache) {
 
 std::string Synthesizer::spec() const {
   const SynthesizerConfig& c = config;
-  const HeadConfig& hc = c.head;
-  std::string s = fmt::format("synthesizer(parts={}, max_len={}, heads={}, value_size={}", join_parts(c.parts),
-                              c.max_len, hc.heads, hc.value_size);
-  if (c.has("dense") || c.has("factorized_dense")) s += fmt::format(", hidden={}", c.hidden);
-  if (c.has("factorized_random")) s += fmt::format(", factor={}", c.factor);
-  if (c.has("factorized_dense")) s += fmt::format(", a={}, b={}", c.a, c.b);
-  if (c.has("vanilla")) s += fmt::format(", key_size={}", hc.key_size);
-  s += fmt::format(", bias={}, causal={}, attn_dropout={}", hc.bias, hc.causal, hc.attn_dropout);
-  if (hc.gate.kind != "none")
-    s += fmt::format(", gate={}, gate_init={}, gate_temperature={}, gate_gamma={}, gate_zeta={}, gate_hard={}",
-                     hc.gate.kind, hc.gate.init, hc.gate.temperature, hc.gate.gamma, hc.gate.zeta, hc.gate.hard);
-  return s + ")";
+  const VariantSchema s = schema();
+  OptionValues v;
+  v.set("parts", c.parts).set("max_len", c.max_len);
+  if (c.has("dense") || c.has("factorized_dense")) v.set("hidden", c.hidden);
+  if (c.has("factorized_random")) v.set("factor", c.factor);
+  if (c.has("factorized_dense")) v.set("a", c.a).set("b", c.b);
+  set_head_options(v, c.head, s);  // key_size only with a vanilla part (0 otherwise)
+  return format_spec(s, v);
 }
 
 std::shared_ptr<Attention> Synthesizer::prune_heads(const std::vector<int64_t>& keep) const {
@@ -371,28 +363,16 @@ std::shared_ptr<Attention> Synthesizer::prune_heads(const std::vector<int64_t>& 
   SynthesizerConfig c = config;  // sizes are explicit here, so the smaller layer keeps them
   c.head.heads = static_cast<int64_t>(keep.size());
   auto out = std::make_shared<Synthesizer>(d_model_, c);
-  out->to(v_proj->weight.dtype());
-  NoGradGuard no_grad;
-  const TensorMap src = state_dict();
   // Every tensor except mix_logits and out_proj.bias is per head: head i owns the block
-  // [i*d, (i+1)*d) of dim 0 (out_proj: dim 1), with d the head's width in that tensor.
-  for (const auto& [name, dst] : out->state_dict()) {
-    const Tensor& from = src.at(name);
-    if (name == "mix_logits" || name == "out_proj.bias") {
-      kernels::copy_(dst, from);
-    } else if (name == "out_proj.weight") {
-      kernels::copy_(dst, take_heads(from, keep, c.head.value_size, 1));
-    } else if (name.rfind("v_proj.", 0) == 0) {
-      kernels::copy_(dst, take_heads(from, keep, c.head.value_size, 0));
-    } else if (name.rfind("vanilla.", 0) == 0) {
-      kernels::copy_(dst, take_heads(from, keep, c.head.key_size, 0));
-    } else if (ends_with(name, ".w1.weight") || ends_with(name, ".w1.bias")) {
-      kernels::copy_(dst, take_heads(from, keep, c.hidden, 0));
-    } else {  // w2, wa, wb, random/fixed_random logits, r1, r2, head_mask, gate.log_alpha: (h, ...)
-      kernels::copy_(dst, take_heads(from, keep, 1, 0));
-    }
-  }
-  out->train(is_training());
+  // [i*d, (i+1)*d) of dim 0 (out_proj: dim 1), with d the head's width in that tensor; w2, wa,
+  // wb, the random/fixed_random logits, r1 and r2 are (h, ...).
+  const int64_t dk = c.head.key_size, dv = c.head.value_size;
+  copy_pruned_state(*this, *out, keep,
+                    {{"out_proj.weight", dv, 1}, {"v_proj.", dv}, {"vanilla.", dk}, {"dense.w1.", c.hidden},
+                     {"factorized_dense.w1.", c.hidden}},
+                    "synthesizer", [&](const std::string& name, const Tensor& from, const Tensor&) {
+                      return name == "mix_logits" || name == "out_proj.bias" ? from : take_heads(from, keep, 1, 0);
+                    });
   return out;
 }
 

@@ -142,16 +142,12 @@ Tensor TalkingHeadsAttention::forward_step(const Tensor& x_new, AttentionCache& 
 }
 
 std::string TalkingHeadsAttention::spec() const {
-  const HeadConfig& c = config.head;
-  std::string s = fmt::format(
-      "talking_heads(heads={}, logit_heads={}, value_heads={}, key_size={}, value_size={}, pre={}, post={}, "
-      "mix_init={}, bias={}, causal={}, attn_dropout={}",
-      c.heads, config.logit_heads, config.value_heads, c.key_size, c.value_size, config.pre, config.post,
-      config.mix_init, c.bias, c.causal, c.attn_dropout);
-  if (c.gate.kind != "none")
-    s += fmt::format(", gate={}, gate_init={}, gate_temperature={}, gate_gamma={}, gate_zeta={}, gate_hard={}",
-                     c.gate.kind, c.gate.init, c.gate.temperature, c.gate.gamma, c.gate.zeta, c.gate.hard);
-  return s + ")";
+  const VariantSchema s = schema();
+  OptionValues v;
+  set_head_options(v, config.head, s);
+  v.set("logit_heads", config.logit_heads).set("value_heads", config.value_heads).set("pre", config.pre);
+  v.set("post", config.post).set("mix_init", config.mix_init);
+  return format_spec(s, v);
 }
 
 std::shared_ptr<Attention> TalkingHeadsAttention::prune_heads(const std::vector<int64_t>& keep) const {
@@ -162,26 +158,13 @@ std::shared_ptr<Attention> TalkingHeadsAttention::prune_heads(const std::vector<
   c.value_heads = static_cast<int64_t>(keep.size());
   c.post = true;
   auto out = std::make_shared<TalkingHeadsAttention>(d_model_, c);
-  out->to(q_proj->weight.dtype());
-  NoGradGuard no_grad;
   const int64_t dv = config.head.value_size;
-  auto copy_linear = [](const std::shared_ptr<Linear>& from, const std::shared_ptr<Linear>& to) {
-    kernels::copy_(to->weight, from->weight);
-    if (from->bias.defined()) kernels::copy_(to->bias, from->bias);
-  };
-  copy_linear(q_proj, out->q_proj);
-  copy_linear(k_proj, out->k_proj);
-  if (config.pre) kernels::copy_(out->pre_mix, pre_mix);
-  kernels::copy_(out->v_proj->weight, take_heads(v_proj->weight, keep, dv, 0));
-  if (v_proj->bias.defined()) kernels::copy_(out->v_proj->bias, take_heads(v_proj->bias, keep, dv, 0));
-  kernels::copy_(out->out_proj->weight, take_heads(out_proj->weight, keep, dv, 1));
-  if (out_proj->bias.defined()) kernels::copy_(out->out_proj->bias, out_proj->bias);
   // post=false means U = W, i.e. post_mix = I (h = hv): keep its columns.
-  Tensor post = config.post ? post_mix : eye(config.head.heads, q_proj->weight.dtype());
-  kernels::copy_(out->post_mix, take_heads(post, keep, 1, 1));
-  kernels::copy_(out->head_mask, take_heads(head_mask, keep, 1, 0));
-  if (gate) kernels::copy_(out->gate->log_alpha, take_heads(gate->log_alpha, keep, 1, 0));
-  out->train(is_training());
+  const Tensor post = config.post ? post_mix : eye(config.head.heads, q_proj->weight.dtype());
+  copy_pruned_state(*this, *out, keep, {{"v_proj.", dv}, {"out_proj.weight", dv, 1}, {"post_mix", 1, 1}},
+                    "talking_heads", [&](const std::string& name, const Tensor& from, const Tensor&) {
+                      return name == "post_mix" ? take_heads(post, keep, 1, 1) : from;
+                    });
   return out;
 }
 

@@ -212,7 +212,7 @@ TEST_CASE("retention: defaults, spec, and a pruned layer equal to the masked one
   again->eval();
   CHECK(allclose(again->forward(x).output, p->forward(x).output, 1e-14, 1e-14));
   CHECK(make_attention("retention(heads=2, decay=0.9)", 8)->spec() ==
-        "retention(heads=2, key_size=4, value_size=4, decay=0.9, chunk=64, bias=true)");
+        "retention(heads=2, key_size=4, value_size=4, bias=true, decay=0.9, chunk=64, causal=true, attn_dropout=0)");
 }
 
 TEST_CASE("retention errors name the variant, the option, the value and what is allowed") {

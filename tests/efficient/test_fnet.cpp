@@ -96,7 +96,7 @@ TEST_CASE("fnet: no parameters, no heads; causal, masks, context and pruning are
   auto a = make_attention("fnet()", 8);
   CHECK(a->named_parameters().empty());
   CHECK(a->named_buffers().empty());
-  CHECK(a->spec() == "fnet()");
+  CHECK(a->spec() == "fnet");  // no options: the bare name
   CHECK(a->l0_penalty().item() == 0.0);
   CHECK(error_of([] { make_attention("fnet(causal=true)", 8); }).find("fnet is not causal") != std::string::npos);
   CHECK(error_of([] { make_attention("fnet(heads=2)", 8); }).find("unknown option heads") != std::string::npos);
