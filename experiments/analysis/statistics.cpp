@@ -38,15 +38,25 @@ std::vector<int64_t> listops_enclosing_operator(const std::vector<int64_t>& toke
   return out;
 }
 
+int64_t recall_answer_position(const int64_t* tokens, int64_t query, int64_t keys) {
+  const int64_t q = tokens[query];
+  if (q < 0 || q >= keys) return -1;
+  for (int64_t m = query - 2; m >= 0; --m)
+    if (tokens[m] == q) return m + 1;
+  return -1;
+}
+
 AttentionRecorder::AttentionRecorder(const Probe& probe, StatsConfig config) : probe_(probe), config_(std::move(config)) {
   if (config_.keep_examples < 0) fail<ValueError>("AttentionRecorder: keep_examples must be >= 0, got {}", config_.keep_examples);
+  if (config_.recall_keys < 0) fail<ValueError>("AttentionRecorder: recall_keys must be >= 0, got {}", config_.recall_keys);
   if (!config_.token_class.empty() && config_.class_names.empty())
     fail<ValueError>("AttentionRecorder: token_class given without class_names");
   stats_.layers.resize(probe_.blocks.size());
 }
 
 void AttentionRecorder::add(const data::Batch& batch) {
-  const bool need_tokens = !config_.token_class.empty() || config_.listops_structure || config_.rare_tokens;
+  const bool need_tokens =
+      !config_.token_class.empty() || config_.listops_structure || config_.rare_tokens || config_.recall_keys > 0;
   Tensor tokens = probe_.axis_tokens ? probe_.axis_tokens(batch) : Tensor();
   if (need_tokens && !tokens.defined())
     fail<ValueError>("AttentionRecorder: token statistics asked for, but the model's inputs are not tokens");
@@ -70,7 +80,8 @@ void AttentionRecorder::add_maps(int64_t layer, const Tensor& p, const Tensor& t
   const int64_t B = p.size(0), H = p.size(1), N = p.size(2);
   if (tokens.defined() && (tokens.dim() != 2 || tokens.size(0) != B || tokens.size(1) != N))
     fail<ShapeError>("AttentionRecorder: tokens must be ({}, {}) like the maps, got {}", B, N, to_string(tokens.shape()));
-  const bool need_tokens = !config_.token_class.empty() || config_.listops_structure || config_.rare_tokens;
+  const bool need_tokens =
+      !config_.token_class.empty() || config_.listops_structure || config_.rare_tokens || config_.recall_keys > 0;
   if (need_tokens && !tokens.defined())
     fail<ValueError>("AttentionRecorder: token statistics asked for, but no tokens were given with the maps");
   LayerStats& ls = stats_.layers[layer];
@@ -139,11 +150,29 @@ void AttentionRecorder::add_maps(int64_t layer, const Tensor& p, const Tensor& t
         if (!rarest.empty()) ++stats_.rare_queries, stats_.rare_uniform += double(rarest.size()) / double(keys.size());
       }
     }
+    if (config_.recall_keys > 0) add_retrieval(ls, layer, P.data() + b * H * N * N, tok, H, N);
     const int64_t kept_index = stats_.examples + b;
     if (kept_index < config_.keep_examples) {
       ls.kept.push_back(clone(select(p.detach(), 0, b)));  // (h, N, N)
       if (layer == 0) stats_.kept_tokens.push_back(tok ? std::vector<int64_t>(tok, tok + N) : std::vector<int64_t>());
     }
+  }
+}
+
+void AttentionRecorder::add_retrieval(LayerStats& ls, int64_t layer, const double* p, const int64_t* tok, int64_t H,
+                                      int64_t N) {
+  // The query is the last real token; the answer, the value after its key among the pairs.
+  int64_t query = N - 1;
+  while (query >= 0 && (tok[query] < 0 || (probe_.pad_id >= 0 && tok[query] == probe_.pad_id))) --query;
+  if (query < 0) return;
+  const int64_t answer = recall_answer_position(tok, query, config_.recall_keys);
+  if (answer < 0) return;
+  for (int64_t i = 0; i < H; ++i) ls.heads[i].retrieval_mass += p[(i * N + query) * N + answer];  // p: (h, N, N)
+  if (layer == 0) {
+    int64_t keys = 0;
+    for (int64_t m = 0; m < (probe_.causal ? query + 1 : N); ++m) keys += !(probe_.pad_id >= 0 && tok[m] == probe_.pad_id);
+    ++stats_.retrieval_queries;
+    stats_.retrieval_uniform += 1.0 / double(keys);
   }
 }
 
@@ -169,17 +198,23 @@ double structural_baseline(const AttentionStats& s) {
 
 double rare_uniform_baseline(const AttentionStats& s) { return s.rare_queries ? s.rare_uniform / s.rare_queries : NAN; }
 
+double retrieval_uniform_baseline(const AttentionStats& s) {
+  return s.retrieval_queries ? s.retrieval_uniform / double(s.retrieval_queries) : NAN;
+}
+
 std::string HeadRole::label() const {
   std::string out;
   auto add = [&](const std::string& r) { out += (out.empty() ? "" : "+") + r; };
   if (positional) add(fmt::format("positional({:+d})", offset));
   if (is_structural) add("structural");
   if (is_rare) add("rare");
+  if (is_retrieval) add("retrieval");
   return out.empty() ? "-" : out;
 }
 
 std::vector<std::vector<HeadRole>> head_roles(const AttentionStats& s, const RoleThresholds& t) {
   const double base = structural_baseline(s), uniform = rare_uniform_baseline(s);
+  const double retrieval_uniform = retrieval_uniform_baseline(s);
   std::vector<std::vector<HeadRole>> out;
   for (const LayerStats& l : s.layers) {
     out.emplace_back();
@@ -199,6 +234,10 @@ std::vector<std::vector<HeadRole>> head_roles(const AttentionStats& s, const Rol
         r.rare_mass = h.rare_mass / s.rare_queries;
         r.is_rare = r.rare_mass >= t.rare_mass && r.rare_mass >= uniform + t.rare_margin;
       }
+      if (s.retrieval_queries > 0) {
+        r.retrieval = h.retrieval_mass / double(s.retrieval_queries);
+        r.is_retrieval = r.retrieval >= t.retrieval_mass && r.retrieval >= retrieval_uniform + t.retrieval_margin;
+      }
       out.back().push_back(r);
     }
   }
@@ -216,19 +255,22 @@ std::string role_table(const AttentionStats& s, const HeadMatrix* importance, co
   if (s.rare_queries)
     out += fmt::format(" Rare: mass on rarest >= {:.2f} and >= uniform {:.3f} + {:.2f}.", t.rare_mass,
                        rare_uniform_baseline(s), t.rare_margin);
+  if (s.retrieval_queries)
+    out += fmt::format(" Retrieval: weight from the query on the answer >= {:.2f} and >= uniform {:.3f} + {:.2f}.",
+                       t.retrieval_mass, retrieval_uniform_baseline(s), t.retrieval_margin);
   out += "\n";
   for (size_t l = 0; l < roles.size(); ++l) {
-    out += fmt::format("\n### layer {}\n\n| head | confidence | top offset (share) | structural | rare mass |", l);
+    out += fmt::format("\n### layer {}\n\n| head | confidence | top offset (share) | structural | rare mass | retrieval |", l);
     if (importance) out += " importance |";
     if (relevance) out += " relevance |";
-    out += " role |\n|---|---|---|---|---|";
+    out += " role |\n|---|---|---|---|---|---|";
     if (importance) out += "---|";
     if (relevance) out += "---|";
     out += "---|\n";
     for (size_t i = 0; i < roles[l].size(); ++i) {
       const HeadRole& r = roles[l][i];
-      out += fmt::format("| {} | {} | {:+d} ({:.3f}) | {} | {} |", i, num(r.confidence), r.offset, r.offset_share,
-                         num(r.structural), num(r.rare_mass));
+      out += fmt::format("| {} | {} | {:+d} ({:.3f}) | {} | {} | {} |", i, num(r.confidence), r.offset, r.offset_share,
+                         num(r.structural), num(r.rare_mass), num(r.retrieval));
       auto at = [&](const HeadMatrix* m) { return l < m->size() && i < (*m)[l].size() ? (*m)[l][i] : NAN; };
       if (importance) out += fmt::format(" {} |", num(at(importance)));
       if (relevance) out += fmt::format(" {} |", num(at(relevance)));

@@ -8,7 +8,10 @@
 //     of their enclosing operator, at least 10 points above the best fixed-offset baseline (the
 //     share of those tokens whose enclosing operator sits at the most common offset);
 //   rare-token role (char LM): mean attention mass on the rarest visible tokens >= 0.5 and at
-//     least 10 points above what uniform attention would put there.
+//     least 10 points above what uniform attention would put there;
+//   retrieval role (associative recall, `k1 v1 ... kP vP q`): mean weight from the query
+//     position q on the position of the answer (the value v_j after the key k_j == q) >= 0.5
+//     and at least 10 points above uniform attention (1 / the keys the query sees).
 #pragma once
 #include <cmath>
 #include <map>
@@ -26,6 +29,8 @@ struct StatsConfig {
   bool listops_structure = false;       // structural statistics from ListOps token ids
   bool rare_tokens = false;             // rare-token statistics
   std::vector<double> token_frequency;  // corpus count per id; empty: counts within each sequence
+  int64_t recall_keys = 0;              // associative recall: key ids are [0, recall_keys); > 0
+                                        // measures the retrieval role
 };
 
 struct HeadStats {
@@ -35,6 +40,7 @@ struct HeadStats {
   std::vector<double> class_mass;             // per token class: sum over queries of the mass on it
   int64_t structural_hits = 0;                // queries whose m* is their enclosing operator
   double rare_mass = 0;                       // sum over rare-token queries of the mass on the rarest
+  double retrieval_mass = 0;                  // sum over recall examples of p[query, answer]
 };
 
 struct LayerStats {
@@ -50,6 +56,8 @@ struct AttentionStats {
   std::map<int64_t, int64_t> structural_offsets;  // (enclosing operator - n) -> count, over those
   int64_t rare_queries = 0;                       // queries seeing >= 2 distinct token ids
   double rare_uniform = 0;                        // sum over them of |rarest| / |visible|
+  int64_t retrieval_queries = 0;                  // recall examples whose query key is in the pairs
+  double retrieval_uniform = 0;                   // sum over them of 1 / |keys the query sees|
   // Bytes held by the running statistics (the kept maps excluded): bounded by the number of
   // heads, classes and distinct offsets (< 2 N), not by the number of examples.
   size_t running_bytes() const;
@@ -70,6 +78,9 @@ class AttentionRecorder {
   const AttentionStats& stats() const { return stats_; }
 
  private:
+  // The retrieval sums of one example's maps p (h, N, N) with its tokens.
+  void add_retrieval(LayerStats& ls, int64_t layer, const double* p, const int64_t* tok, int64_t H, int64_t N);
+
   Probe probe_;
   StatsConfig config_;
   AttentionStats stats_;
@@ -90,7 +101,10 @@ struct HeadRole {
   bool is_structural = false;
   double rare_mass = NAN;     // mean mass on the rarest tokens (NaN: not measured)
   bool is_rare = false;
-  std::string label() const;  // "positional(-1)", "structural", "rare", joined by "+", or "-"
+  double retrieval = NAN;     // mean weight from the query on the answer (NaN: not measured)
+  bool is_retrieval = false;
+  // "positional(-1)", "structural", "rare", "retrieval", joined by "+", or "-"
+  std::string label() const;
 };
 
 struct RoleThresholds {
@@ -98,6 +112,8 @@ struct RoleThresholds {
   double structural_margin = 0.10;  // over the fixed-offset baseline
   double rare_mass = 0.5;
   double rare_margin = 0.10;        // over uniform attention
+  double retrieval_mass = 0.5;
+  double retrieval_margin = 0.10;   // over uniform attention
 };
 
 // [layer][head]
@@ -105,9 +121,16 @@ std::vector<std::vector<HeadRole>> head_roles(const AttentionStats& stats, const
 HeadMatrix confidence(const AttentionStats& stats);
 double structural_baseline(const AttentionStats& stats);  // best fixed-offset share (NaN: no data)
 double rare_uniform_baseline(const AttentionStats& stats);
+double retrieval_uniform_baseline(const AttentionStats& stats);  // NaN: no recall examples
+
+// Associative recall: the position of the answer to the query at `query` (the position after the
+// last earlier key equal to tokens[query]), or -1 when the query's key is not among the pairs.
+// Keys are the ids in [0, keys); negative ids (CLS) are skipped.
+int64_t recall_answer_position(const int64_t* tokens, int64_t query, int64_t keys);
 
 // A markdown table per layer: head, confidence, top offset (share), structural share, rare
-// mass, importance and relevance (when given), role; with the baselines stated above it.
+// mass, retrieval mass, importance and relevance (when given), role; with the baselines stated
+// above it.
 std::string role_table(const AttentionStats& stats, const HeadMatrix* importance = nullptr,
                        const HeadMatrix* relevance = nullptr, const RoleThresholds& t = {});
 

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -13,6 +14,7 @@
 #include "autograd/ops.hpp"
 #include "experiments/analysis/heads.hpp"
 #include "experiments/analysis/statistics.hpp"
+#include "experiments/cli/analyze_parts.hpp"
 #include "experiments/cli/heads_commands.hpp"
 #include "experiments/data/listops.hpp"
 #include "experiments/plot/png.hpp"
@@ -22,6 +24,7 @@ namespace attnlab::cli {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+using namespace analyze_detail;
 
 // ---------------------------------------------------------------------------- shared helpers
 
@@ -80,13 +83,10 @@ std::string axis_label(const catalog::LoadedRun& run, int64_t token, int64_t pos
   return run.task.token(token);
 }
 
-namespace {
-
-// ---------------------------------------------------------------------------- analysis
-
 // What the recorder measures for the run's task: ListOps structure and token classes, rare
-// tokens against character counts of the training text for a language model.
-analysis::StatsConfig stats_config(const catalog::LoadedRun& run, int64_t keep) {
+// tokens against character counts of the training text for a language model, retrieval for
+// associative recall.
+analysis::StatsConfig analyze_detail::stats_config(const catalog::LoadedRun& run, int64_t keep) {
   analysis::StatsConfig cfg;
   cfg.keep_examples = keep;
   const runner::TaskData& t = run.task;
@@ -102,14 +102,12 @@ analysis::StatsConfig stats_config(const catalog::LoadedRun& run, int64_t keep) 
     cfg.token_frequency.assign(size_t(t.vocab_size), 0.0);
     for (int64_t id : t.train_tokens.to_vector<int64_t>()) cfg.token_frequency[size_t(id)] += 1;
   }
+  if (t.name == "recall") cfg.recall_keys = run.config.get_int("task.num_keys");
   return cfg;
 }
 
-// One of the gradient scores, or why it could not be computed for this variant.
-struct Scores {
-  analysis::HeadMatrix raw, normalized;
-  std::string unavailable;  // empty when computed
-};
+namespace {
+
 
 std::optional<json> read_summary(const fs::path& dir) {
   std::ifstream in(dir / "summary.json");
@@ -120,9 +118,6 @@ std::optional<json> read_summary(const fs::path& dir) {
   if (j.is_discarded()) return std::nullopt;
   return j;
 }
-
-double at(const analysis::HeadMatrix& m, size_t l, size_t i) { return l < m.size() && i < m[l].size() ? m[l][i] : NAN; }
-json number(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
 
 // The PNG font is ASCII: the visible-space sign of the character tasks becomes '_'.
 std::string png_label(const std::string& s) {
@@ -139,41 +134,16 @@ std::string png_label(const std::string& s) {
   return out;
 }
 
-struct Best {
-  int64_t layer = -1, head = -1;
-  double value = NAN;
-};
-Best best_of(const std::vector<std::vector<analysis::HeadRole>>& roles, double analysis::HeadRole::*field) {
-  Best b;
-  for (size_t l = 0; l < roles.size(); ++l)
-    for (size_t i = 0; i < roles[l].size(); ++i) {
-      const double v = roles[l][i].*field;
-      if (!std::isnan(v) && (std::isnan(b.value) || v > b.value)) b = {int64_t(l), int64_t(i), v};
-    }
-  return b;
-}
-
-int analyze(const AnalyzeOptions& o, std::ostream& out) {
-  if (o.examples < 1) fail<ValueError>("--examples must be >= 1, got {}", o.examples);
-  if (o.maps < 0) fail<ValueError>("--maps must be >= 0, got {}", o.maps);
-  catalog::LoadedRun run = load_run_checked(o.run_dir);
-  const fs::path dir = o.out.empty() ? o.run_dir / "analysis" : o.out;
-  const int64_t available = validation_size(run);
-  const int64_t n = std::min(o.examples, available);
-  if (n < 1) fail<ValueError>("{}: the task '{}' has no validation examples", o.run_dir.string(), run.task.name);
-  if (n < o.examples) out << fmt::format("note: --examples {} but the validation split has {}; using {}\n", o.examples, available, n);
-  auto summary = read_summary(o.run_dir);
-  const bool complete = summary && summary->value("status", "") == "complete";
-  if (!complete) out << fmt::format("note: {} has no complete summary.json; analysing its checkpoint at step {}\n",
-                                    o.run_dir.string(), run.step);
-
+// ---------------------------------------------------------------------------- measuring
+// Streams n validation examples through the recorder, importance and relevance.
+Measured measure(const catalog::LoadedRun& run, int64_t n, const AnalyzeOptions& o) {
   analysis::Probe probe = run_probe(run);
   analysis::AttentionRecorder recorder(probe, stats_config(run, std::min(o.maps, n)));
   // Importance and relevance need the head_mask buffer (and relevance a composed softmax); a
   // variant without them still gets its attention statistics.
   std::optional<analysis::HeadImportance> importance;
   std::optional<analysis::HeadRelevance> relevance;
-  Scores imp, rel;
+  Measured m;
   auto guarded = [](std::string& why, auto&& f) {
     if (!why.empty()) return;
     try {
@@ -182,36 +152,30 @@ int analyze(const AnalyzeOptions& o, std::ostream& out) {
       why = e.what();
     }
   };
-  guarded(imp.unavailable, [&] { importance.emplace(probe); });
-  guarded(rel.unavailable, [&] { relevance.emplace(probe); });
+  guarded(m.imp.unavailable, [&] { importance.emplace(probe); });
+  guarded(m.rel.unavailable, [&] { relevance.emplace(probe); });
   for_each_validation_batch(run, n, o.batch, [&](const data::Batch& b) {
     recorder.add(b);
-    guarded(imp.unavailable, [&] { importance->add(b); });
-    guarded(rel.unavailable, [&] { relevance->add(b); });
+    guarded(m.imp.unavailable, [&] { importance->add(b); });
+    guarded(m.rel.unavailable, [&] { relevance->add(b); });
   });
-  if (imp.unavailable.empty()) imp.raw = importance->raw(), imp.normalized = importance->normalized();
-  if (rel.unavailable.empty()) rel.raw = relevance->raw(), rel.normalized = relevance->normalized();
-
-  const analysis::AttentionStats& stats = recorder.stats();
-  const analysis::RoleThresholds thresholds;
-  const auto roles = analysis::head_roles(stats, thresholds);
-  const analysis::HeadMatrix conf = analysis::confidence(stats);
-  fs::create_directories(dir);
-
-  // ---- figures
-  std::vector<std::string> files = {"roles.md", "analysis.json", "confidence.png"};
-  analysis::save_head_heatmap((dir / "confidence.png").string(), "confidence", conf);
-  if (imp.unavailable.empty()) {
-    analysis::save_head_heatmap((dir / "importance.png").string(), "importance (l2-normalised per layer)", imp.normalized);
-    files.push_back("importance.png");
+  if (m.imp.unavailable.empty()) m.imp.raw = importance->raw(), m.imp.normalized = importance->normalized();
+  if (m.rel.unavailable.empty()) {
+    m.rel.raw = relevance->raw(), m.rel.normalized = relevance->normalized();
+    m.check = relevance->check();
   }
-  if (rel.unavailable.empty()) {
-    analysis::save_head_heatmap((dir / "relevance.png").string(), "LRP relevance (per layer)", rel.normalized);
-    files.push_back("relevance.png");
-  }
-  int64_t map_files = 0;
+  m.stats = recorder.stats();
+  m.roles = analysis::head_roles(m.stats, m.thresholds);
+  return m;
+}
+
+// ---------------------------------------------------------------------------- plotting
+
+// One PNG per kept example, layer and head: DIR/maps/layer<l>/attention_b<b>_h<i>.png, padding
+// left out (neither query nor key). Returns the number written.
+int64_t save_maps(const fs::path& dir, const catalog::LoadedRun& run, const analysis::AttentionStats& stats) {
+  int64_t files = 0;
   for (size_t k = 0; k < stats.kept_tokens.size(); ++k) {
-    // Padding is neither query nor key: the maps keep the real positions only.
     const std::vector<int64_t>& tok = stats.kept_tokens[k];
     std::vector<int64_t> keep;
     std::vector<std::string> labels;
@@ -229,8 +193,7 @@ int analyze(const AnalyzeOptions& o, std::ostream& out) {
       const std::vector<double> P = to(m, kFloat64).to_vector<double>();
       const fs::path sub = dir / "maps" / fmt::format("layer{}", l);
       fs::create_directories(sub);
-      for (int64_t i = 0; i < m.size(0); ++i, ++map_files) {
-        // As save_attention_maps draws them, titled with the layer and the example's index.
+      for (int64_t i = 0; i < m.size(0); ++i, ++files) {
         plot::Heatmap h;
         h.title = fmt::format("layer {} head {}, example {}", l, i, k);
         h.rows = h.cols = n;
@@ -242,109 +205,48 @@ int analyze(const AnalyzeOptions& o, std::ostream& out) {
       }
     }
   }
+  return files;
+}
 
-  // ---- analysis.json
-  const double sbase = analysis::structural_baseline(stats), ubase = analysis::rare_uniform_baseline(stats);
-  json j;
-  j["run_dir"] = o.run_dir.string();
-  j["experiment"] = summary ? summary->value("experiment", "") : "";
-  j["task"] = run.task.name;
-  j["attention"] = run.config.get_string("model.attention");
-  j["step"] = run.step;
-  j["complete"] = complete;
-  j["metrics"] = summary && summary->contains("metrics") ? (*summary)["metrics"] : json(nullptr);
-  j["examples"] = stats.examples;
-  j["thresholds"] = {{"positional", thresholds.positional},
-                     {"structural_margin", thresholds.structural_margin},
-                     {"rare_mass", thresholds.rare_mass},
-                     {"rare_margin", thresholds.rare_margin}};
-  j["baselines"] = {{"structural_fixed_offset", number(sbase)}, {"rare_uniform", number(ubase)},
-                    {"structural_queries", stats.structural_queries}, {"rare_queries", stats.rare_queries}};
-  j["importance"] = imp.unavailable.empty() ? json("computed") : json("unavailable: " + imp.unavailable);
-  j["relevance"] = rel.unavailable.empty() ? json("computed") : json("unavailable: " + rel.unavailable);
-  if (rel.unavailable.empty()) {
-    const analysis::RelevanceCheck& c = relevance->check();
-    j["relevance_check"] = {{"explained", c.explained}, {"input_relevance", c.input_relevance}, {"branch", c.branch}};
+// The (layers x heads) heatmaps; returns the names of the files written.
+std::vector<std::string> save_figures(const fs::path& dir, const Measured& m) {
+  std::vector<std::string> files = {"roles.md", "analysis.json", "confidence.png"};
+  analysis::save_head_heatmap((dir / "confidence.png").string(), "confidence", analysis::confidence(m.stats));
+  if (m.imp.unavailable.empty()) {
+    analysis::save_head_heatmap((dir / "importance.png").string(), "importance (l2-normalised per layer)", m.imp.normalized);
+    files.push_back("importance.png");
   }
-  const analysis::StatsConfig scfg = stats_config(run, 0);
-  json layers = json::array();
-  int64_t n_positional = 0, n_structural = 0, n_rare = 0;
-  for (size_t l = 0; l < roles.size(); ++l) {
-    json heads = json::array();
-    for (size_t i = 0; i < roles[l].size(); ++i) {
-      const analysis::HeadRole& r = roles[l][i];
-      const analysis::HeadStats& h = stats.layers[l].heads[i];
-      n_positional += r.positional, n_structural += r.is_structural, n_rare += r.is_rare;
-      json offsets = json::object();
-      for (auto [off, c] : h.argmax_offsets) offsets[std::to_string(off)] = c;
-      json classes = json::object();
-      for (size_t c = 0; c < h.class_mass.size() && c < scfg.class_names.size(); ++c)
-        classes[scfg.class_names[c]] = h.queries ? h.class_mass[c] / double(h.queries) : 0.0;
-      heads.push_back({{"layer", l},
-                       {"head", i},
-                       {"role", r.label()},
-                       {"confidence", number(r.confidence)},
-                       {"top_offset", r.offset},
-                       {"top_offset_share", r.offset_share},
-                       {"positional", r.positional},
-                       {"structural_share", number(r.structural)},
-                       {"structural", r.is_structural},
-                       {"rare_mass", number(r.rare_mass)},
-                       {"rare", r.is_rare},
-                       {"importance", number(at(imp.normalized, l, i))},
-                       {"importance_raw", number(at(imp.raw, l, i))},
-                       {"relevance", number(at(rel.normalized, l, i))},
-                       {"relevance_raw", number(at(rel.raw, l, i))},
-                       {"queries", h.queries},
-                       {"class_mass", classes},
-                       {"argmax_offsets", offsets}});
-    }
-    layers.push_back({{"layer", l}, {"heads", heads}});
+  if (m.rel.unavailable.empty()) {
+    analysis::save_head_heatmap((dir / "relevance.png").string(), "LRP relevance (per layer)", m.rel.normalized);
+    files.push_back("relevance.png");
   }
-  j["layers"] = layers;
-  j["role_counts"] = {{"positional", n_positional}, {"structural", n_structural}, {"rare", n_rare}};
-  const Best bs = best_of(roles, &analysis::HeadRole::structural), br = best_of(roles, &analysis::HeadRole::rare_mass);
-  if (bs.layer >= 0)
-    j["best_structural"] = {{"layer", bs.layer}, {"head", bs.head}, {"share", bs.value}, {"margin", bs.value - sbase}};
-  if (br.layer >= 0)
-    j["best_rare"] = {{"layer", br.layer}, {"head", br.head}, {"mass", br.value}, {"margin", br.value - ubase}};
+  return files;
+}
+
+// ---------------------------------------------------------------------------- the command
+
+int analyze(const AnalyzeOptions& o, std::ostream& out) {
+  if (o.examples < 1) fail<ValueError>("--examples must be >= 1, got {}", o.examples);
+  if (o.maps < 0) fail<ValueError>("--maps must be >= 0, got {}", o.maps);
+  catalog::LoadedRun run = load_run_checked(o.run_dir);
+  const fs::path dir = o.out.empty() ? o.run_dir / "analysis" : o.out;
+  const int64_t available = validation_size(run);
+  const int64_t n = std::min(o.examples, available);
+  if (n < 1) fail<ValueError>("{}: the task '{}' has no validation examples", o.run_dir.string(), run.task.name);
+  if (n < o.examples) out << fmt::format("note: --examples {} but the validation split has {}; using {}\n", o.examples, available, n);
+  const auto summary = read_summary(o.run_dir);
+  const bool complete = summary && summary->value("status", "") == "complete";
+  if (!complete) out << fmt::format("note: {} has no complete summary.json; analysing its checkpoint at step {}\n",
+                                    o.run_dir.string(), run.step);
+
+  const Measured m = measure(run, n, o);
+  fs::create_directories(dir);
+  const std::vector<std::string> files = save_figures(dir, m);
+  const int64_t map_files = save_maps(dir, run, m.stats);
+  json j = analysis_json(o, run, summary, complete, m);
   j["files"] = files;
   j["attention_maps"] = map_files;
-
-  // ---- roles.md
-  std::string md = fmt::format("# Head roles: {}\n\n", o.run_dir.string());
-  md += fmt::format("Run: experiment `{}`, task `{}`, attention `{}`, checkpoint step {}{}.\n",
-                    j["experiment"].get<std::string>(), run.task.name, j["attention"].get<std::string>(), run.step,
-                    complete ? "" : " (run not complete)");
-  if (j["metrics"].is_object()) {
-    std::string m;
-    for (auto& [k, v] : j["metrics"].items())
-      if (v.is_number_integer() || (v.is_number() && v.get<double>() == std::round(v.get<double>())))
-        m += fmt::format("{}{} = {:.0f}", m.empty() ? "" : ", ", k, v.get<double>());
-      else if (v.is_number())
-        m += fmt::format("{}{} = {:.4g}", m.empty() ? "" : ", ", k, v.get<double>());
-    md += "Final metrics: " + m + ".\n";
-  }
-  md += fmt::format("Measured on the first {} validation examples.\n\n", stats.examples);
-  md += fmt::format("Roles: {} positional, {} structural, {} rare-token heads of {}.\n", n_positional, n_structural, n_rare,
-                    [&] { size_t c = 0; for (auto& l : roles) c += l.size(); return c; }());
-  if (bs.layer >= 0)
-    md += fmt::format("Structural (ListOps): best head layer {} head {} puts its maximum on the enclosing operator for "
-                      "{:.1f}% of tokens; the best fixed-offset baseline is {:.1f}%: {:+.1f} points (a structural head "
-                      "needs >= +{:.0f}).\n",
-                      bs.layer, bs.head, 100 * bs.value, 100 * sbase, 100 * (bs.value - sbase),
-                      100 * thresholds.structural_margin);
-  if (br.layer >= 0)
-    md += fmt::format("Rare tokens: best head layer {} head {} puts a mean {:.3f} of its weight on the rarest visible "
-                      "characters; uniform attention would put {:.3f} there (a rare-token head needs >= {:.2f} and >= "
-                      "uniform + {:.2f}).\n",
-                      br.layer, br.head, br.value, ubase, thresholds.rare_mass, thresholds.rare_margin);
-  md += imp.unavailable.empty() ? "Importance: |dL/d head_mask| (Michel et al. 2019), l2-normalised per layer.\n"
-                                : "Importance: not computed: " + imp.unavailable + "\n";
-  md += rel.unavailable.empty() ? "Relevance: LRP with the AH and LN rules (Ali et al. 2022), normalised per layer.\n"
-                                : "Relevance: not computed: " + rel.unavailable + "\n";
-  md += "\n" + analysis::role_table(stats, imp.unavailable.empty() ? &imp.normalized : nullptr,
-                                    rel.unavailable.empty() ? &rel.normalized : nullptr, thresholds);
+  const std::string md = roles_markdown(o, run, j, m);
   write_text_atomic((dir / "roles.md").string(), md);
   write_text_atomic((dir / "analysis.json").string(), j.dump(2) + "\n");
 

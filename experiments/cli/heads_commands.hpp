@@ -6,8 +6,9 @@
 //            HeadImportance, HeadRelevance, head_roles) and writes DIR/roles.md, analysis.json,
 //            confidence.png, importance.png, relevance.png and maps/layer<l>/attention_b<b>_h<i>.png
 //   viz      writes one self-contained HTML page (inline CSS, JS and data; no network) to browse
-//            every layer and head's attention map on a few examples, with analysis.json's
-//            per-head numbers when that file exists
+//            every layer and head's attention map on a few examples (a grid of a layer's heads,
+//            one head enlarged, a colour bar), of one run or of two side by side, with
+//            analysis.json's per-head numbers when that file exists
 #pragma once
 #include <filesystem>
 #include <functional>
@@ -34,7 +35,8 @@ int run_analyze(const AnalyzeOptions& options, std::ostream& out, std::ostream& 
 
 struct VizOptions {
   std::filesystem::path run_dir;
-  std::filesystem::path out;  // empty: RUN_DIR/viz.html
+  std::filesystem::path other;  // a second run shown side by side on the same examples; empty: none
+  std::filesystem::path out;    // empty: RUN_DIR/viz.html
   int64_t examples = 3;       // 1..8
   int64_t max_tokens = 64;    // 2..256: longest example shown (the page grows as examples x tokens^2)
 };

@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <charconv>
 #include <iostream>
+#include <filesystem>
 #include <memory>
 
 #include "experiments/runner/claims.hpp"
@@ -12,6 +13,7 @@
 #include "experiments/runner/sweep.hpp"
 
 namespace attnlab::cli {
+namespace fs = std::filesystem;
 namespace {
 
 // "i/N" with 0 <= i < N.
@@ -80,15 +82,38 @@ void add_sweep_commands(CLI::App& app, int& status) {
     status = runner::run_sweep(o, std::cout);
   });
 
-  auto dir = std::make_shared<std::string>();
+  struct ReportArgs {
+    std::vector<std::string> dirs;
+    std::string out, metric;
+  };
+  auto r = std::make_shared<ReportArgs>();
   CLI::App* report = app.add_subcommand(
       "report",
       "Merge a sweep directory's shard databases and run directories into DIR/results.sqlite, and write "
       "DIR/results.csv, DIR/report.md (final metrics, mean and 95% interval over seeds, paired differences against "
-      "report.baseline, a verdict per [[report.expect]]) and SVG plots in DIR/plots/.");
-  report->add_option("DIR", *dir, "the sweep directory (holding sweep.toml)")->required()->check(CLI::ExistingDirectory);
-  report->callback([dir, &status] {
-    runner::write_report(*dir, std::cout);
+      "report.baseline, a verdict per [[report.expect]]) and SVG plots in DIR/plots/. Given run directories "
+      "(attnlab run ... --run-dir) instead, compare them the same way: the config keys that differ between them "
+      "are the configurations, seeds are grouped.");
+  report->add_option("DIR", r->dirs, "a sweep directory (holding sweep.toml), or one or more run directories")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  report->add_option("--out", r->out, "run directories: where report.md and plots/ go (default: PARENT/report, "
+                                      "PARENT the first run directory's parent)");
+  report->add_option("--metric", r->metric, "run directories: the headline metric (default: the first by name)");
+  report->callback([r, &status] {
+    const fs::path first = r->dirs.front();
+    if (r->dirs.size() == 1 && fs::exists(first / "sweep.toml")) {
+      if (!r->out.empty() || !r->metric.empty())
+        fail<ValueError>("report: --out and --metric are for run directories; a sweep's report goes to {} and its "
+                         "metric is [report] metric in sweep.toml", first.string());
+      runner::write_report(first, std::cout);
+    } else {
+      std::vector<fs::path> dirs(r->dirs.begin(), r->dirs.end());
+      fs::path normal = fs::absolute(first).lexically_normal();
+      if (!normal.has_filename()) normal = normal.parent_path();  // "runs/a/"
+      const fs::path parent = normal.parent_path();
+      runner::write_comparison(dirs, r->out.empty() ? parent / "report" : fs::path(r->out), r->metric, std::cout);
+    }
     status = 0;
   });
 

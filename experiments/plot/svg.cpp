@@ -117,17 +117,106 @@ Frame frame(const std::string& title, const std::string& x_label, const std::str
   return {ax, ay, out};
 }
 
+// Text widths are estimated: 7 px per character at the 12 px font, an upper bound for the
+// sans-serif fonts browsers pick.
+constexpr double kCharWidth = 7, kLegendWidth = 190, kLegendLine = 15;
+constexpr size_t kLegendChars = 24;  // a legend line wraps after this many characters, where it can
+
+double text_width(const std::string& s) { return kCharWidth * double(s.size()); }
+
+// A series name as legend lines: broken after the ", " that separate its top-level parts, so
+// that nothing is cut and no line breaks inside parentheses.
+std::vector<std::string> legend_lines(const std::string& name) {
+  std::vector<std::string> parts;
+  int depth = 0;
+  size_t from = 0;
+  for (size_t i = 0; i < name.size(); ++i) {
+    depth += name[i] == '(' || name[i] == '[' || name[i] == '{';
+    depth -= name[i] == ')' || name[i] == ']' || name[i] == '}';
+    if (depth == 0 && name.compare(i, 2, ", ") == 0) parts.push_back(name.substr(from, i + 1 - from)), from = i + 2;
+  }
+  parts.push_back(name.substr(from));
+  std::vector<std::string> lines;
+  for (const std::string& p : parts) {
+    if (!lines.empty() && lines.back().size() + 1 + p.size() <= kLegendChars) lines.back() += " " + p;
+    else lines.push_back(p);
+  }
+  return lines;
+}
+
+struct Legend {
+  std::vector<std::vector<std::string>> lines;  // per series
+  double width = kLegendWidth;                   // the right margin that holds it
+};
+
+Legend legend_of(const LineChart& c) {
+  Legend l;
+  double widest = text_width(c.note) - 30;
+  for (const Series& s : c.series) {
+    l.lines.push_back(legend_lines(s.name));
+    for (const std::string& line : l.lines.back()) widest = std::max(widest, text_width(line));
+  }
+  l.width = std::max(kLegendWidth, 44 + widest + 10);
+  return l;
+}
+
+// A series' band as one shaded polygon per unbroken run of usable (x, lo, hi).
+std::string band(const Series& s, const Axis& ax, const Axis& ay, const char* colour) {
+  if (s.lo.size() != s.x.size() || s.hi.size() != s.x.size()) return "";
+  std::string out;
+  std::vector<std::pair<double, double>> upper, lower;
+  auto flush = [&] {
+    if (upper.size() >= 2) {
+      std::string pts;
+      for (const auto& [x, y] : upper) pts += fmt::format("{:.1f},{:.1f} ", x, y);
+      for (auto it = lower.rbegin(); it != lower.rend(); ++it) pts += fmt::format("{:.1f},{:.1f} ", it->first, it->second);
+      out += fmt::format("<polygon class=\"band\" points=\"{}\" fill=\"{}\" fill-opacity=\"0.18\" stroke=\"none\"/>\n",
+                         pts, colour);
+    }
+    upper.clear(), lower.clear();
+  };
+  for (size_t i = 0; i < s.x.size(); ++i) {
+    if (!ax.usable(s.x[i]) || !ay.usable(s.lo[i]) || !ay.usable(s.hi[i])) {
+      flush();
+      continue;
+    }
+    upper.emplace_back(ax.pixel(s.x[i]), ay.pixel(s.hi[i]));
+    lower.emplace_back(ax.pixel(s.x[i]), ay.pixel(s.lo[i]));
+  }
+  flush();
+  return out;
+}
+
+// A bubble's label above it, kept inside the plot area: anchored at the left or right edge when
+// centring would cross it, below the bubble when above would cross the top.
+std::string bubble_label(const std::string& label, double x, double y, double r, const Axis& ax, const Axis& ay) {
+  const double w = text_width(label), left = ax.p0 + 4, right = ax.p1 - 4;
+  std::string anchor = "middle";
+  if (x - w / 2 < left) anchor = "start", x = left;
+  else if (x + w / 2 > right) anchor = "end", x = right;
+  double ty = y - r - 4;
+  if (ty - 12 < ay.p1) ty = std::min(y + r + 14, ay.p0 - 4);
+  return fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"{}\">{}</text>\n", x, ty, anchor, escape(label));
+}
+
 }  // namespace
 
 std::string render_svg(const LineChart& c) {
-  const double right = 190, top = 40;  // the legend sits on the right
+  const double top = 40;
+  const Legend legend = legend_of(c);
   std::vector<std::pair<double, double>> points;
   for (const Series& s : c.series)
-    for (size_t i = 0; i < s.x.size() && i < s.y.size(); ++i) points.emplace_back(s.x[i], s.y[i]);
-  Frame f = frame(c.title, c.x_label, c.y_label, c.log_x, c.log_y, c.width, c.height, right, 0.03, 0.06, points);
+    for (size_t i = 0; i < s.x.size() && i < s.y.size(); ++i) {
+      points.emplace_back(s.x[i], s.y[i]);
+      if (i < s.lo.size() && i < s.hi.size()) points.emplace_back(s.x[i], s.lo[i]), points.emplace_back(s.x[i], s.hi[i]);
+    }
+  const int width = c.width + int(legend.width - kLegendWidth);
+  Frame f = frame(c.title, c.x_label, c.y_label, c.log_x, c.log_y, width, c.height, legend.width, 0.03, 0.06, points);
   const Axis &ax = f.ax, &ay = f.ay;
   std::string out = std::move(f.svg);
+  for (size_t k = 0; k < c.series.size(); ++k) out += band(c.series[k], ax, ay, kColours[k % kNumColours]);
   // series: a polyline per unbroken run of usable points, a dot per point, a legend entry
+  double ly = top + 10;
   for (size_t k = 0; k < c.series.size(); ++k) {
     const Series& s = c.series[k];
     const char* colour = kColours[k % kNumColours];
@@ -149,11 +238,18 @@ std::string render_svg(const LineChart& c) {
       out += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3\" fill=\"{}\"/>\n", x, y, colour);
     }
     flush();
-    const double ly = top + 10 + 18.0 * static_cast<double>(k);
     out += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\" stroke-width=\"2\"{}/>\n",
                        ax.p1 + 14, ly, ax.p1 + 38, ly, colour, dash);
-    out += fmt::format("<text x=\"{}\" y=\"{}\">{}</text>\n", ax.p1 + 44, ly + 4, escape(s.name));
+    out += fmt::format("<text x=\"{}\" y=\"{}\">", ax.p1 + 44, ly + 4);
+    for (size_t i = 0; i < legend.lines[k].size(); ++i)
+      out += fmt::format("<tspan x=\"{}\" dy=\"{}\">{}</tspan>", ax.p1 + 44, i == 0 ? 0 : kLegendLine,
+                         escape(legend.lines[k][i]));
+    out += "</text>\n";
+    ly += kLegendLine * double(legend.lines[k].size()) + 4;
   }
+  if (!c.note.empty())
+    out += fmt::format("<text x=\"{}\" y=\"{}\" fill=\"#555\" font-size=\"11\">{}</text>\n", ax.p1 + 14, ly + 8,
+                       escape(c.note));
   return out + "</svg>\n";
 }
 
@@ -178,8 +274,7 @@ std::string render_svg(const BubbleChart& c) {
     const char* colour = kColours[k % kNumColours];
     out += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"{:.1f}\" fill=\"{}\" fill-opacity=\"0.45\" stroke=\"{}\"/>\n",
                        x, y, std::max(r, 2.0), colour, colour);
-    out += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}</text>\n", x, y - std::max(r, 2.0) - 4,
-                       escape(b.label));
+    out += bubble_label(b.label, x, y, std::max(r, 2.0), f.ax, f.ay);
   }
   if (!c.size_label.empty())
     out += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\" fill=\"#555\">bubble area \u221d {} (largest {})</text>\n",

@@ -141,8 +141,8 @@ RunRecord read_run_dir(int64_t id, const fs::path& dir) {
     fail<FileError>("{}: not a run summary: {}", summary_path.string(), e.what());
   }
   r.finished_at = iso_utc(fs::last_write_time(summary_path));
-  const fs::path point_path = dir / "point.json";
-  r.point_json = parse_json(read_run_file(point_path), point_path).dump();
+  const fs::path point_path = dir / "point.json";  // a sweep's runs only: ad-hoc runs have no axes
+  r.point_json = fs::exists(point_path) ? parse_json(read_run_file(point_path), point_path).dump() : "{}";
   r.config_json = config_json(dir / "config.toml");
   const fs::path curves_path = dir / "metrics.jsonl";
   if (fs::exists(curves_path)) {

@@ -39,8 +39,9 @@ struct RunRecord {
   std::vector<CurvePoint> curves;
 };
 
-// Reads a complete run directory (summary.json, config.toml, metrics.jsonl, point.json);
-// FileError naming the file when one is missing or malformed.
+// Reads a complete run directory (summary.json, config.toml, metrics.jsonl, and point.json when
+// the run belongs to a sweep, else the point is {}); FileError naming the file when one is
+// missing or malformed.
 RunRecord read_run_dir(int64_t id, const std::filesystem::path& dir);
 
 class Store {

@@ -162,6 +162,54 @@ TEST_CASE("analysis: a head on the rarest visible token is rare-token; class mas
   CHECK(h0.class_mass[0] + h0.class_mass[1] == doctest::Approx(double(h0.queries)));  // rows sum to 1
 }
 
+TEST_CASE("analysis: associative recall: a head from the query to the answer is retrieval; others are not") {
+  // Keys are ids 0..3, values 4..7: k2 v5 k0 v6 k3 v4, query k0; the answer v6 sits at position 3.
+  const std::vector<int64_t> toks = {2, 5, 0, 6, 3, 4, 0};
+  const int64_t N = 7, query = 6;
+  CHECK(recall_answer_position(toks.data(), query, 4) == 3);
+  const std::vector<int64_t> absent = {2, 5, 1, 6, 3, 4, 0};  // k0 is not among the pairs
+  CHECK(recall_answer_position(absent.data(), query, 4) == -1);
+  StatsConfig cfg;
+  cfg.recall_keys = 4;
+  AttentionRecorder rec(bare_probe(false), cfg);
+  auto uniform = [&](int64_t) { return std::vector<double>(size_t(N), 1.0 / double(N)); };
+  // Head 0: the query row puts 0.8 on the answer. Head 1: on the matching key (position 2), not
+  // the answer. Head 2: uniform. Head 3: 0.5 on the answer, just at the threshold.
+  auto query_row = [&](int64_t at, double w) {
+    return [=](int64_t n) {
+      if (n != query) return uniform(n);
+      std::vector<double> r(size_t(N), (1 - w) / double(N - 1));
+      r[size_t(at)] = w;
+      return r;
+    };
+  };
+  Tensor p = maps_of(N, {query_row(3, 0.8), query_row(2, 0.9), uniform, query_row(3, 0.5)});
+  rec.add_maps(0, p, tokens_of(toks));
+  rec.end_batch({}, 1);
+  const AttentionStats& s = rec.stats();
+  CHECK(s.retrieval_queries == 1);
+  CHECK(retrieval_uniform_baseline(s) == doctest::Approx(1.0 / 7));
+  auto roles = head_roles(s);
+  CHECK(roles[0][0].retrieval == doctest::Approx(0.8));
+  CHECK(roles[0][0].is_retrieval);
+  CHECK(roles[0][0].label() == "retrieval");
+  CHECK(roles[0][1].retrieval == doctest::Approx(0.1 / 6));
+  CHECK_FALSE(roles[0][1].is_retrieval);
+  CHECK_FALSE(roles[0][2].is_retrieval);
+  CHECK(roles[0][3].is_retrieval);  // >= 0.5 and >= 1/7 + 0.10
+  RoleThresholds strict;
+  strict.retrieval_mass = 0.6;
+  CHECK_FALSE(head_roles(s, strict)[0][3].is_retrieval);
+  CHECK(role_table(s).find("| 0.800 |") != std::string::npos);
+
+  // An example whose query key is not among the pairs is not counted.
+  AttentionRecorder none(bare_probe(false), cfg);
+  none.add_maps(0, p, tokens_of(absent));
+  none.end_batch({}, 1);
+  CHECK(none.stats().retrieval_queries == 0);
+  CHECK(std::isnan(head_roles(none.stats())[0][0].retrieval));
+}
+
 TEST_CASE("analysis: running statistics do not grow with the data set; only K maps are kept") {
   const int64_t N = 10;
   StatsConfig cfg;

@@ -38,8 +38,8 @@ fs::path scratch(const std::string& name) {
 }
 
 // A few training steps of a small model: enough for a complete run directory.
-fs::path tiny_run(const std::string& experiment, std::vector<std::string> sets) {
-  const fs::path dir = scratch(experiment);
+fs::path tiny_run(const std::string& experiment, std::vector<std::string> sets, const std::string& name = "") {
+  const fs::path dir = scratch(name.empty() ? experiment : name);
   sets.insert(sets.end(), {"train.steps=4", "train.eval_every=4", "model.d_model=16", "model.ffn_hidden=32"});
   std::ostringstream console;
   runner::RunRequest r{experiment, "quick", "", sets, dir, "test"};
@@ -47,9 +47,9 @@ fs::path tiny_run(const std::string& experiment, std::vector<std::string> sets) 
   return dir;
 }
 
-fs::path listops_run() {  // 2 layers of 2 heads
+fs::path listops_run(const std::string& attention = "mha(heads=2)", const std::string& name = "") {  // 2 layers
   return tiny_run("classify", {"task.train_size=64", "task.val_size=24", "task.test_size=8", "task.length=40",
-                               "model.attention=mha(heads=2)"});
+                               "model.attention=" + attention}, name);
 }
 fs::path lm_run() {
   return tiny_run("lm", {"task.length=24", "train.batch_size=4", "eval.batches=1"});
@@ -206,14 +206,17 @@ TEST_CASE("viz: the page is self-contained and bounded, and options out of range
     CHECK_MESSAGE(html.find(bad) == std::string::npos, bad);
   const json d = page_data(html);
   REQUIRE(d["examples"].size() == 2);
-  CHECK(d["layers"] == json::array({4, 4}));
-  CHECK(d["run"]["causal"] == true);
-  CHECK(d["summary"].is_null());  // no analysis.json yet
-  for (const json& e : d["examples"]) {
-    REQUIRE(e["tokens"].size() == 16);  // windows cut to --max-tokens
-    REQUIRE(e["maps"].size() == 2);
+  REQUIRE(d["runs"].size() == 1);
+  const json& r = d["runs"][0];
+  CHECK(r["layers"] == json::array({4, 4}));
+  CHECK(r["run"]["causal"] == true);
+  CHECK(r["summary"].is_null());  // no analysis.json yet
+  REQUIRE(r["maps"].size() == 2);
+  for (size_t e = 0; e < 2; ++e) {
+    REQUIRE(d["examples"][e]["tokens"].size() == 16);  // windows cut to --max-tokens
+    REQUIRE(r["maps"][e].size() == 2);
     // 16 x 16 weights of 2 bytes, base64.
-    CHECK(e["maps"][1][3].get<std::string>().size() == (16 * 16 * 2 + 2) / 3 * 4);
+    CHECK(r["maps"][e][1][3].get<std::string>().size() == (16 * 16 * 2 + 2) / 3 * 4);
   }
   CHECK(html.size() < 100 * 1024);
   for (auto [examples, tokens] : {std::pair<int64_t, int64_t>{9, 16}, {0, 16}, {2, 1}, {2, 257}}) {
@@ -227,9 +230,22 @@ TEST_CASE("viz: the page is self-contained and bounded, and options out of range
   fs::remove_all(run);
 }
 
-TEST_CASE("viz: headless Chromium renders the map, a button per head and the head summary") {
+// The DOM of `page` after its scripts ran, by headless Chromium's --dump-dom: no network, a
+// throwaway profile under `scratch_dir`.
+std::string rendered_dom(const fs::path& scratch_dir, const fs::path& page) {
   REQUIRE_MESSAGE(std::system("command -v chromium >/dev/null 2>&1") == 0,
                   "chromium is not installed: run sh cmake/install-deps.sh (Debian package chromium)");
+  const fs::path dom = scratch_dir / "dom.html", log = scratch_dir / "chromium.log";
+  const std::string cmd = fmt::format(
+      "timeout 120 chromium --headless --no-sandbox --disable-gpu --disable-quic --no-first-run "
+      "--disable-background-networking --disable-component-update --disable-sync --user-data-dir='{}' "
+      "--dump-dom 'file://{}' > '{}' 2> '{}'",
+      (scratch_dir / "profile").string(), fs::absolute(page).string(), dom.string(), log.string());
+  REQUIRE_MESSAGE(std::system(cmd.c_str()) == 0, read(log));
+  return read(dom);
+}
+
+TEST_CASE("viz: headless Chromium renders the map, a grid of a layer's heads, a colour bar and the head summary") {
   const fs::path run = listops_run();
   analysis_of(run, 8);
   cli::VizOptions o;
@@ -239,26 +255,72 @@ TEST_CASE("viz: headless Chromium renders the map, a button per head and the hea
   const json d = page_data(read(run / "viz.html"));
   const size_t n = d["examples"][0]["tokens"].size();
   REQUIRE(n > 2);
-  REQUIRE(d["summary"]["heads"].size() == 4);
+  REQUIRE(d["runs"][0]["summary"]["heads"].size() == 4);
 
-  // --dump-dom prints the DOM after the page's scripts ran; no network, a throwaway profile.
-  const fs::path dom = run / "dom.html", log = run / "chromium.log";
-  const std::string cmd = fmt::format(
-      "timeout 120 chromium --headless --no-sandbox --disable-gpu --disable-quic --no-first-run "
-      "--disable-background-networking --disable-component-update --disable-sync --user-data-dir='{}' "
-      "--dump-dom 'file://{}' > '{}' 2> '{}'",
-      (run / "profile").string(), fs::absolute(run / "viz.html").string(), dom.string(), log.string());
-  REQUIRE_MESSAGE(std::system(cmd.c_str()) == 0, read(log));
-  const std::string html = read(dom);
+  const std::string html = rendered_dom(run, run / "viz.html");
   std::smatch m;
   REQUIRE_MESSAGE(std::regex_search(html, m, std::regex(R"(id="status"[^>]*>rendered (\d+) cells<)")), html.substr(0, 2000));
   CHECK(std::stoul(m[1]) == n * n);
-  const std::regex button(R"(<button class="head)");
-  CHECK(std::distance(std::sregex_iterator(html.begin(), html.end(), button), std::sregex_iterator()) == 4);
-  CHECK(html.find("Head summary from analysis.json (8 examples") != std::string::npos);
-  const std::regex row(R"(<tr data-layer=)");
+  // The grid: every head of layer 0 at once, a button per layer, a drawn colour bar.
+  const std::regex cell(R"(<div class="cell)");
+  CHECK(std::distance(std::sregex_iterator(html.begin(), html.end(), cell), std::sregex_iterator()) == 2);
+  CHECK(html.find("grid: 2 maps (every head of layer 0, 1 run)") != std::string::npos);
+  const std::regex layer(R"(<button class="layer)");
+  CHECK(std::distance(std::sregex_iterator(html.begin(), html.end(), layer), std::sregex_iterator()) == 2);
+  CHECK(std::regex_search(html, std::regex(R"(id="colourbar"[^>]*data-max="0\.\d+|id="colourbar"[^>]*data-max="1")")));
+  CHECK(html.find("From analysis.json (8 examples") != std::string::npos);
+  const std::regex row(R"(<tr data-run="0" data-layer=)");
   CHECK(std::distance(std::sregex_iterator(html.begin(), html.end(), row), std::sregex_iterator()) == 4);
   fs::remove_all(run);
+}
+
+TEST_CASE("analyze: associative recall measures the retrieval mass of every head") {
+  const fs::path run = tiny_run("classify", {"task.name=recall", "task.train_size=64", "task.val_size=16",
+                                             "task.test_size=8", "model.attention=mha(heads=2)"}, "recall");
+  const json j = analysis_of(run, 16);
+  CHECK(j["baselines"]["retrieval_queries"] == 16);  // every recall query's key is among its pairs
+  CHECK(j["thresholds"]["retrieval_mass"] == 0.5);
+  for (const json& l : j["layers"])
+    for (const json& h : l["heads"]) {
+      CHECK(h["retrieval_mass"].get<double>() > 0);
+      CHECK(h["retrieval_mass"].get<double>() < 1);
+    }
+  CHECK(j.contains("best_retrieval"));
+  CHECK(read(run / "analysis" / "roles.md").find("Retrieval (associative recall): best head") != std::string::npos);
+  fs::remove_all(run);
+}
+
+TEST_CASE("viz: two runs side by side on the same examples; runs of another task are refused") {
+  const fs::path a = listops_run(), b = listops_run("mha(heads=4)", "classify_b");
+  cli::VizOptions o;
+  o.run_dir = a;
+  o.other = b;
+  o.examples = 2;
+  o.out = a / "both.html";
+  std::ostringstream out, err;
+  REQUIRE_MESSAGE(cli::run_viz(o, out, err) == 0, err.str());
+  const json d = page_data(read(o.out));
+  REQUIRE(d["runs"].size() == 2);
+  CHECK(d["runs"][0]["layers"] == json::array({2, 2}));
+  CHECK(d["runs"][1]["layers"] == json::array({4, 4}));
+  CHECK(d["runs"][1]["title"] == b.string());
+  REQUIRE(d["examples"].size() == 2);
+  for (const json& r : d["runs"]) {
+    CHECK(r["maps"].size() == 2);  // one set of maps per shared example
+    CHECK(r["notes"][0].get<std::string>().find("predicted ") == 0);
+  }
+  const std::string html = rendered_dom(a, o.out);
+  CHECK(html.find("grid: 6 maps (every head of layer 0, 2 runs side by side)") != std::string::npos);
+  const std::regex cell(R"(<div class="cell)");
+  CHECK(std::distance(std::sregex_iterator(html.begin(), html.end(), cell), std::sregex_iterator()) == 6);
+
+  const fs::path c = tiny_run("classify", {"task.train_size=64", "task.val_size=24", "task.test_size=8", "task.length=30",
+                                           "model.attention=mha(heads=2)"}, "classify_c");
+  o.other = c;
+  std::ostringstream e;
+  CHECK(cli::run_viz(o, out, e) == 1);
+  CHECK(e.str().find("differ in task.length (40 vs 30)") != std::string::npos);
+  for (const fs::path& p : {a, b, c}) fs::remove_all(p);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
 
 #include "experiments/plot/svg.hpp"
@@ -68,4 +69,47 @@ TEST_CASE("svg save writes atomically and reports an unwritable path") {
   const std::string err = testing::error_of([&] { plot::save_svg(dir + "/no/such/dir/a.svg", c); });
   CHECK(err.find("no/such/dir/a.svg") != std::string::npos);
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("svg line chart: a long legend is shown whole, wrapped between parts and never inside a spec") {
+  const std::string name = "model.attention=mha(heads=4, key_size=8), train.lr=0.001, model.layers=2";
+  plot::LineChart c{"t", "step", "loss", false, false, {{name, {0, 1}, {1, 2}}}};
+  const std::string svg = plot::render_svg(c);
+  std::vector<std::string> lines;
+  const std::regex tspan("<tspan [^>]*>([^<]*)</tspan>");
+  for (auto it = std::sregex_iterator(svg.begin(), svg.end(), tspan); it != std::sregex_iterator(); ++it)
+    lines.push_back((*it)[1]);
+  REQUIRE(lines.size() == 3);
+  CHECK(lines[0] == "model.attention=mha(heads=4, key_size=8),");  // the spec stays whole
+  CHECK(lines[1] == "train.lr=0.001,");
+  CHECK(lines[2] == "model.layers=2");
+  // The legend widens to its longest line: 41 characters of 7 px after the 44 px swatch.
+  std::smatch m;
+  REQUIRE(std::regex_search(svg, m, std::regex("<svg [^>]*width=\"([0-9]+)\"")));
+  CHECK(std::stoi(m[1]) >= 70 + (760 - 70 - 190) + 44 + 41 * 7);
+  // A short name keeps the default size.
+  plot::LineChart short_name{"t", "step", "loss", false, false, {{"mha", {0, 1}, {1, 2}}}};
+  CHECK(plot::render_svg(short_name).find("width=\"760\"") != std::string::npos);
+}
+
+TEST_CASE("svg line chart: a band is one shaded polygon around its line, inside the axis range") {
+  plot::LineChart c{"t", "step", "loss", false, false, {}};
+  plot::Series s{"mha", {0, 1, 2}, {1, 2, 3}};
+  s.lo = {0.5, 1.5, 2.5};
+  s.hi = {1.5, 2.5, 10};
+  c.series.push_back(s);
+  c.note = "line: mean over seeds; band: min-max over seeds";
+  const std::string svg = plot::render_svg(c);
+  CHECK(count(svg, "<polygon class=\"band\"") == 1);
+  CHECK(svg.find(">line: mean over seeds; band: min-max over seeds<") != std::string::npos);
+  // The band's top (10) is inside the frame: its smallest pixel y is below the frame's top (40).
+  std::smatch m;
+  REQUIRE(std::regex_search(svg, m, std::regex("<polygon class=\"band\" points=\"([^\"]*)\"")));
+  std::istringstream pts(m[1].str());
+  double lowest_y = 1e9;
+  for (std::string p; pts >> p;) lowest_y = std::min(lowest_y, std::stod(p.substr(p.find(',') + 1)));
+  CHECK(lowest_y >= 40);
+  // Without lo/hi, or with lengths that do not match, no band.
+  c.series[0].hi.pop_back();
+  CHECK(count(plot::render_svg(c), "<polygon") == 0);
 }

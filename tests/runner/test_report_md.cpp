@@ -238,3 +238,59 @@ bubble = {{ x = "time_ms", y = "val_acc", size = "memory_mib", label = "model.at
   CHECK_THROWS_WITH_AS(write_report(dir, log), doctest::Contains(":3: a second row for 'mha'"), ValueError);
   fs::remove_all(dir);
 }
+
+namespace {
+
+// A run directory as `attnlab run ... --run-dir` leaves it: no point.json.
+fs::path adhoc_run(const fs::path& root, const std::string& name, const std::string& attention, int seed, double acc,
+                   double params) {
+  const fs::path d = root / name;
+  fs::create_directories(d);
+  write_text_atomic((d / "config.toml").string(),
+                    fmt::format("seed = {}\n[model]\nattention = \"{}\"\n[train]\nlr = 0.001\n", seed, attention));
+  std::string lines;
+  for (int step = 1; step <= 3; ++step)
+    lines += fmt::format("{{\"step\": {}, \"train_loss\": {}}}\n", step * 10, 3.0 - step * acc);
+  write_text_atomic((d / "metrics.jsonl").string(), lines);
+  write_text_atomic((d / "summary.json").string(),
+                    fmt::format(R"x({{"experiment": "classify", "status": "complete", "steps": 30, "seconds": 2.5,
+                                    "metrics": {{"val_acc": {}, "params": {}, "steps": 30}}}})x",
+                                acc, params));
+  return d;
+}
+
+}  // namespace
+
+TEST_CASE("report of run directories: differing keys are the configurations, seeds grouped, counts as integers") {
+  const fs::path root = fresh_dir("report_adhoc");
+  const std::vector<fs::path> dirs = {
+      adhoc_run(root, "a0", "mha(heads=4)", 0, 0.5, 33280), adhoc_run(root, "a1", "mha(heads=4)", 1, 0.7, 33280),
+      adhoc_run(root, "b0", "local(window=4)", 0, 0.4, 16640), adhoc_run(root, "b1", "local(window=4)", 1, 0.4, 16644)};
+  std::ostringstream log;
+  const fs::path report = write_comparison(dirs, root / "report", "val_acc", log);
+  const std::string md = read(report);
+  CAPTURE(md);
+  // One configuration column (model.attention; train.lr is the same everywhere, seed is grouped).
+  CHECK(md.find("| model.attention | n | val_acc | params | steps |") != std::string::npos);
+  // Integer counts that agree print as integers, ones that differ without exponent notation.
+  CHECK(md.find("| `mha(heads=4)` | 2 | 0.6 ± 1.3 | 33280 | 30 |") != std::string::npos);
+  CHECK(md.find("| `local(window=4)` | 2 | 0.4 ± 0 | 16642 ± 25 | 30 |") != std::string::npos);
+  CHECK(md.find("e+0") == std::string::npos);
+  CHECK(md.find("- `" + dirs[0].string() + "`: model.attention=mha(heads=4), seed=0") != std::string::npos);
+  // Curves: the mean over seeds with a min-max band, said in the chart and the report.
+  CHECK(md.find("the shaded band spans the seeds' minimum to maximum") != std::string::npos);
+  const std::string svg = read(root / "report/plots/curve_train_loss.svg");
+  CHECK(std::count(svg.begin(), svg.end(), '\n') > 5);
+  size_t bands = 0;
+  for (size_t p = svg.find("<polygon class=\"band\""); p != std::string::npos; p = svg.find("<polygon class=\"band\"", p + 1))
+    ++bands;
+  CHECK(bands == 2);  // one per configuration of two seeds
+  CHECK(svg.find("shaded: min-max over seeds") != std::string::npos);
+  CHECK(svg.find(">model.attention=mha(heads=4)<") != std::string::npos);  // the whole legend
+
+  // A directory without a complete run is named.
+  fs::create_directories(root / "empty");
+  CHECK_THROWS_WITH_AS(write_comparison({dirs[0], root / "empty"}, root / "r2", "", log),
+                       doctest::Contains(((root / "empty").string() + ": not a complete run directory").c_str()), FileError);
+  fs::remove_all(root);
+}

@@ -119,8 +119,11 @@ TEST_CASE("store: a malformed run directory is a FileError naming the file") {
   write_text_atomic((d / "summary.json").string(), "{\"status\": \"complete\", \"metrics\": ");
   const std::string msg = attnlab::testing::error_of([&] { read_run_dir(0, d); });
   CHECK(msg.find("summary.json: not valid JSON") != std::string::npos);
-  fs::remove(d / "point.json");
   write_text_atomic((d / "summary.json").string(), "{\"status\": \"complete\", \"metrics\": {}}");
-  CHECK(attnlab::testing::error_of([&] { read_run_dir(0, d); }).find("point.json: cannot read") != std::string::npos);
+  write_text_atomic((d / "point.json").string(), "{\"seed\": ");
+  CHECK(attnlab::testing::error_of([&] { read_run_dir(0, d); }).find("point.json: not valid JSON") != std::string::npos);
+  // A run of `attnlab run --run-dir` outside a sweep has no point.json: its point is empty.
+  fs::remove(d / "point.json");
+  CHECK(read_run_dir(0, d).point_json == "{}");
   fs::remove_all(root);
 }

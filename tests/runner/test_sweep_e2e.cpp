@@ -214,3 +214,31 @@ TEST_CASE("sweep: shards 0/2 and 1/2 into one directory, merged by report, equal
   CHECK(read(root / "other.log").find("would renumber the runs") != std::string::npos);
   fs::remove_all(root);
 }
+
+TEST_CASE("report RUN_DIR...: ad-hoc runs of `attnlab run --run-dir` compared like a sweep's") {
+  const fs::path root = fresh_dir("report_runs");
+  std::vector<std::string> dirs;
+  for (const auto& [lr, seed] : std::vector<std::pair<std::string, int>>{{"0.003", 0}, {"0.003", 1}, {"0.01", 0}}) {
+    dirs.push_back((root / fmt::format("lr{}_s{}", lr, seed)).string());
+    REQUIRE(run_attnlab({"run", "example", "--set", "train.steps=20", "--set", "train.lr=" + lr, "--set",
+                         fmt::format("seed={}", seed), "--run-dir", dirs.back()},
+                        root / "log") == 0);
+  }
+  std::vector<std::string> args = {"report"};
+  args.insert(args.end(), dirs.begin(), dirs.end());
+  REQUIRE(run_attnlab(args, root / "log") == 0);
+  const std::string md = read(root / "report/report.md");  // next to the runs by default
+  CAPTURE(md);
+  CHECK(md.find("# 3 runs compared") != std::string::npos);
+  CHECK(md.find("| train.lr | n |") != std::string::npos);  // the one key that differs
+  CHECK(md.find("| `0.003` | 2 |") != std::string::npos);   // two seeds, one row
+  CHECK(md.find("| `0.01` | 1 |") != std::string::npos);
+  CHECK(md.find("](plots/curve_") != std::string::npos);
+  // --out elsewhere; a directory without a run is named in the error.
+  REQUIRE(run_attnlab({"report", dirs[0], dirs[2], "--out", (root / "two").string()}, root / "log") == 0);
+  CHECK(fs::exists(root / "two/report.md"));
+  fs::create_directories(root / "empty");
+  CHECK(run_attnlab({"report", dirs[0], (root / "empty").string()}, root / "err.log") != 0);
+  CHECK(read(root / "err.log").find((root / "empty").string() + ": not a complete run directory") != std::string::npos);
+  fs::remove_all(root);
+}
