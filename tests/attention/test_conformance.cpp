@@ -1,7 +1,9 @@
 // The conformance suite (experiments/check/conformance.hpp) over every registered variant with
 // its default options at d_model 8, and over the option combinations that change the code path.
 // Each check's own logic is tested on layers that break it on purpose, at the end.
+#include <functional>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -15,6 +17,8 @@ using namespace attnlab;
 using namespace attnlab::testing;
 
 namespace {
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 // Runs the suite and fails the test case for each failed check, naming it.
 std::vector<check::CheckResult> conforms(const std::string& spec, check::CheckOptions options = {}) {
@@ -44,17 +48,31 @@ check::CheckOptions options_for(const std::string& name) {
   // Their sizes that default from D/h need a wider model than 8 at 8 heads (rope_size = dk/2
   // even; diff's dk = D/(2h)).
   if (name == "mla" || name == "diff") o.d_model = 32;
+  // N = 32 (their default block, chunk or landmarks): fewer elements per gradcheck
+  if (name == "lsh" || name == "sinkhorn" || name == "nystrom") o.grad_elements = 8;
   return o;
 }
 
-}  // namespace
+// The registry's variants in groups, so that each test case stays short; any variant in no
+// group (one added to the registry later) runs in the last case, which then fails until the
+// variant joins a group.
+const std::vector<std::set<std::string>> kGroups = {
+    {"mha", "talking_heads", "collaborative", "synthesizer", "mla", "diff", "retention"},
+    {"local", "sparse_strided", "sparse_fixed", "dilated", "longformer", "bigbird", "routing", "linear", "fnet"},
+    {"lsh", "sinkhorn", "performer"},
+    {"linformer", "compressed", "nystrom", "mixer"},
+};
 
-TEST_CASE("conformance: every registered variant with its default options") {
+// Runs the suite on every registered variant for which `pick(name)`, with its default options.
+void check_registered(const std::function<bool(const std::string&)>& pick) {
+  int64_t ran = 0;
   for (const auto& v : nn::variants()) {
     const std::string name = v.schema.name;
+    if (!pick(name)) continue;
     CAPTURE(name);
     auto results = conforms(name, options_for(name));
-    // what each variant supports, so that a probe that wrongly skips shows up here
+    ++ran;
+    // what each built-in variant supports, so that a probe that wrongly skips shows up here
     const std::set<std::string> no_mask = {"fnet", "mixer"};
     const std::set<std::string> not_causal = {"bigbird", "sinkhorn", "linformer", "compressed", "nystrom", "fnet", "mixer"};
     const std::set<std::string> no_pruning = {"fnet", "mixer"};
@@ -62,6 +80,38 @@ TEST_CASE("conformance: every registered variant with its default options") {
     CHECK(skipped(results, "forward_step") == (not_causal.count(name) > 0 || name == "lsh"));
     CHECK(skipped(results, "prune_heads") == (no_pruning.count(name) > 0));
   }
+  CHECK(ran > 0);
+}
+
+}  // namespace
+
+TEST_CASE("conformance, default options: the multi-head mechanism and the attention of current models") {
+  check_registered([](const std::string& name) { return kGroups[0].count(name) > 0; });
+}
+
+TEST_CASE("conformance, default options: the positional patterns, routing, linear and fnet") {
+  check_registered([](const std::string& name) { return kGroups[1].count(name) > 0; });
+}
+
+TEST_CASE("conformance, default options: lsh, sinkhorn and performer") {
+  check_registered([](const std::string& name) { return kGroups[2].count(name) > 0; });
+}
+
+TEST_CASE("conformance, default options: linformer, compressed, nystrom and mixer") {
+  check_registered([](const std::string& name) { return kGroups[3].count(name) > 0; });
+}
+
+TEST_CASE("conformance, default options: every other registered variant") {
+  int64_t ran = 0;
+  for (const auto& v : nn::variants()) {
+    bool grouped = false;
+    for (const auto& g : kGroups) grouped = grouped || g.count(v.schema.name) > 0;
+    if (grouped || v.schema.name == "defective") continue;  // the test variant below
+    CAPTURE(v.schema.name);
+    conforms(v.schema.name, options_for(v.schema.name));
+    ++ran;
+  }
+  CHECK(ran == 0);  // every built-in variant is in a group above
 }
 
 TEST_CASE("conformance: mha's options of current models, one at a time and together") {
@@ -89,4 +139,107 @@ TEST_CASE("conformance: the option combinations of the other variants that chang
     CAPTURE(spec);
     conforms(spec);
   }
+}
+
+// ---- each check fails on a layer that breaks it ----
+
+namespace {
+
+// A user variant registered at run time: mha (its options, its key_bias fixed at true) with one
+// defect chosen by the option `defect` (none passes every check).
+class Defective : public nn::MultiHeadAttention {
+ public:
+  Defective(int64_t d_model, const nn::HeadConfig& c, std::string defect)
+      : MultiHeadAttention(d_model, c, true), defect(std::move(defect)) {}
+  nn::AttentionResult forward(const Tensor& x, const Tensor& context, const Tensor& mask, bool causal,
+                              bool need_weights) override {
+    if (defect == "ignores_mask") return MultiHeadAttention::forward(x, context, {}, causal, need_weights);
+    if (defect == "peeks_ahead") return MultiHeadAttention::forward(x, context, mask, false, need_weights);
+    auto r = MultiHeadAttention::forward(x, context, mask, causal, need_weights);
+    if (defect == "wrong_gradient") r.output = r.output + (x - x.detach()) * 0.5;  // same values, another gradient
+    return r;
+  }
+  std::shared_ptr<nn::Attention> prune_heads(const std::vector<int64_t>& keep) const override {
+    if (defect == "unnamed_error") fail<ValueError>("cannot prune");
+    return MultiHeadAttention::prune_heads(keep);
+  }
+  std::string spec() const override {
+    std::string s = MultiHeadAttention::spec();  // mha(heads=..., ...)
+    return "defective(defect=" + defect + ", " + s.substr(4);
+  }
+  std::string defect;
+};
+
+void register_defective() {
+  static const bool once = [] {
+    nn::VariantSchema s = nn::MultiHeadAttention::schema();
+    s.name = "defective";
+    s.options.push_back({"defect", nn::OptionType::Choice, "none", "the check this layer breaks",
+                         {"none", "ignores_mask", "peeks_ahead", "wrong_gradient", "unnamed_error"}});
+    nn::register_variant({s, [](const nn::Options& o, int64_t d) -> std::shared_ptr<nn::Attention> {
+                            return std::make_shared<Defective>(d, nn::read_head_config(o, d, o.get_int("heads")),
+                                                               o.get_choice("defect"));
+                          }});
+    return true;
+  }();
+  (void)once;
+}
+
+// The names of the checks that failed.
+std::set<std::string> failures(const std::string& spec) {
+  std::set<std::string> out;
+  for (const auto& r : check::check_variant(spec))
+    if (!r.passed) out.insert(r.name);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("conformance: a user-registered variant is checked, and each defect fails its checks") {
+  register_defective();
+  CHECK(failures("defective(heads=2)").empty());
+  CHECK(failures("defective(heads=2, defect=ignores_mask)") == std::set<std::string>{"key_mask", "masked_row"});
+  CHECK(failures("defective(heads=2, defect=peeks_ahead)") == std::set<std::string>{"causal", "forward_step"});
+  CHECK(failures("defective(heads=2, defect=wrong_gradient)") == std::set<std::string>{"gradcheck", "gradcheck_masked"});
+  CHECK(failures("defective(heads=2, defect=unnamed_error)") == std::set<std::string>{"prune_heads"});
+  // a layer that fails to build is one failed result
+  auto r = check::check_variant("mha(heads=3)");
+  REQUIRE(r.size() == 1);
+  CHECK(r[0].name == "build");
+  CHECK_FALSE(r[0].passed);
+  CHECK(contains(r[0].detail, "heads"));
+  CHECK_THROWS_AS(check::check_variant("no_such_variant"), ValueError);
+  // skipped checks pass and say why
+  check::CheckOptions o;
+  o.skip = {"gradcheck"};
+  for (const auto& c : check::check_variant("fnet", o)) {
+    CAPTURE(c.name);
+    CHECK(c.passed);
+    if (c.name == "gradcheck") CHECK(c.detail == "skipped by the caller");
+    if (c.name == "key_mask") CHECK((c.skipped && contains(c.detail, "fnet")));
+  }
+}
+
+TEST_CASE("attnlab check prints one line per check; exit 0 all pass, 1 a failure, 2 a bad spec") {
+  auto run = [](cli::CheckCommandOptions o, std::string* text = nullptr) {
+    std::ostringstream out, err;
+    const int status = cli::run_check(o, out, err);
+    if (text) *text = out.str() + err.str();
+    return status;
+  };
+  std::string text;
+  CHECK(run({"mha(heads=2)", 8, {}, {}}, &text) == 0);
+  for (const std::string& name : check::check_names()) CHECK(contains(text, "PASS  " + name + " "));
+  CHECK(contains(text, "mha(heads=2): 12 checks passed, 0 failed, 0 skipped"));
+  register_defective();
+  CHECK(run({"defective(heads=2, defect=peeks_ahead)", 8, {4, 6}, {}}, &text) == 1);
+  CHECK(contains(text, "FAIL  causal "));
+  CHECK(run({"local(heads=2, window=1)", 8, {}, {"gradcheck", "gradcheck_masked"}}, &text) == 0);
+  CHECK(contains(text, "SKIP  gradcheck         skipped by the caller"));
+  CHECK(run({"mha(heads=2", 8, {}, {}}, &text) == 2);
+  CHECK(contains(text, "attnlab check: attention spec \"mha(heads=2\": missing ')'"));
+  CHECK(run({"no_such_variant", 8, {}, {}}, &text) == 2);
+  CHECK(contains(text, "unknown variant no_such_variant"));
+  CHECK(run({"mha", 8, {}, {"no_such_check"}}, &text) == 2);
+  CHECK(contains(text, "--skip no_such_check: not a check"));
 }
