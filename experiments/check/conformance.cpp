@@ -302,6 +302,9 @@ std::string check_state_dict(const Subject& s) {
                      a->state_dict().size(), fmt_diff(before), fmt_diff(d));
 }
 
+// prune_heads of every other head, in reverse order (the kept heads are reordered), against the
+// layer with the other heads' head_mask at 0: plain, and with a key mask and causal where the
+// layer takes them; the pruned layer's spec() rebuilds it; bad head lists are errors.
 std::string check_prune(const Subject& s) {
   Layer a = build(s);
   Tensor head_mask;
@@ -311,11 +314,14 @@ std::string check_prune(const Subject& s) {
   const int64_t h = head_mask.numel();
   if (h < 2) throw Skip{"one head"};
   std::vector<int64_t> keep;
-  for (int64_t i = h % 2 ? 0 : 1; i < h; i += 2) keep.push_back(i);  // every other head, the last included
+  for (int64_t i = h - 1; i >= 0; i -= 2) keep.push_back(i);  // h-1, h-3, ...
   Layer pruned;
   if (auto no = rejection(s, [&] { pruned = a->prune_heads(keep); })) throw Skip{"cannot be pruned: " + *no};
   pruned->to(kFloat64);
   pruned->eval();
+  for (const std::vector<int64_t>& bad : {std::vector<int64_t>{0, h}, std::vector<int64_t>{0, 0}, std::vector<int64_t>{}})
+    if (!rejection(s, [&] { a->prune_heads(bad); }))
+      fail<ValueError>("prune_heads({}) of {} heads is not an error", fmt::join(bad, ", "), h);
   {
     NoGradGuard no_grad;
     std::vector<double> v = head_mask.to_vector<double>();
@@ -324,9 +330,21 @@ std::string check_prune(const Subject& s) {
     kernels::copy_(head_mask, from_vector(v, head_mask.shape()));
   }
   Tensor x = input(2, s.n, s.options.d_model, s.options.seed + 9);
-  const double d = difference(pruned->forward(x).output, a->forward(x).output);
-  require_close(s, d, fmt::format("prune_heads({}) and the layer with the other heads masked", fmt::join(keep, "+")));
-  return fmt::format("heads {} of {} kept: equals the masked layer ({}); pruned spec {}", fmt::join(keep, ", "), h,
+  const Tensor pad = from_vector(padding(2, s.n), {2, 1, 1, s.n});
+  const bool masks = !rejection(s, [&] { a->forward(x, {}, pad); });
+  Layer rebuilt = build_plain(pruned->spec(), s.options.d_model, s.options.seed + 5);
+  rebuilt->load_state_dict(pruned->state_dict());
+  double d = 0;
+  for (const Tensor& mask : {Tensor(), masks ? pad : Tensor()})
+    for (bool causal : {false, s.causal}) {
+      const Tensor want = a->forward(x, {}, mask, causal).output;
+      d = std::max({d, difference(pruned->forward(x, {}, mask, causal).output, want),
+                    difference(rebuilt->forward(x, {}, mask, causal).output, want)});
+    }
+  require_close(s, d, fmt::format("prune_heads({}) (or the layer rebuilt from its spec) and the masked layer",
+                                  fmt::join(keep, ", ")));
+  return fmt::format("heads {} of {} kept, and its spec() rebuilt: equal to the masked layer{}{} ({}); {}",
+                     fmt::join(keep, ", "), h, masks ? ", also with a key mask" : "", s.causal ? ", also causal" : "",
                      fmt_diff(d), pruned->spec());
 }
 

@@ -161,7 +161,7 @@ class Defective : public nn::MultiHeadAttention {
   }
   std::shared_ptr<nn::Attention> prune_heads(const std::vector<int64_t>& keep) const override {
     if (defect == "unnamed_error") fail<ValueError>("cannot prune");
-    return MultiHeadAttention::prune_heads(keep);
+    return MultiHeadAttention::prune_heads(nn::check_keep(keep, config.heads, "defective"));
   }
   std::string spec() const override {
     std::string s = MultiHeadAttention::spec();  // mha(heads=..., ...)
@@ -198,8 +198,9 @@ std::set<std::string> failures(const std::string& spec) {
 TEST_CASE("conformance: a user-registered variant is checked, and each defect fails its checks") {
   register_defective();
   CHECK(failures("defective(heads=2)").empty());
-  CHECK(failures("defective(heads=2, defect=ignores_mask)") == std::set<std::string>{"key_mask", "masked_row"});
-  CHECK(failures("defective(heads=2, defect=peeks_ahead)") == std::set<std::string>{"causal", "forward_step"});
+  // (prune_heads returns a plain mha, which the masked defective layer no longer equals)
+  CHECK(failures("defective(heads=2, defect=ignores_mask)") == std::set<std::string>{"key_mask", "masked_row", "prune_heads"});
+  CHECK(failures("defective(heads=2, defect=peeks_ahead)") == std::set<std::string>{"causal", "forward_step", "prune_heads"});
   CHECK(failures("defective(heads=2, defect=wrong_gradient)") == std::set<std::string>{"gradcheck", "gradcheck_masked"});
   CHECK(failures("defective(heads=2, defect=unnamed_error)") == std::set<std::string>{"prune_heads"});
   // a layer that fails to build is one failed result
