@@ -36,12 +36,16 @@ struct Subject {
   bool causal = false;  // forward(..., causal=true) is accepted
 };
 
-// Adds 0.1 N(0, 1) to every parameter and draws head_mask from U(0.5, 1.5).
+// Adds 0.1 N(0, 1) to every parameter but the gates' log_alpha, drawn from N(0, 1), and draws
+// head_mask from U(0.5, 1.5).
 void randomise_state(nn::Attention& layer, uint64_t seed) {
   NoGradGuard no_grad;
   Generator gen(seed);
   for (auto& [name, p] : layer.named_parameters())
-    kernels::copy_(p, p + randn(p.shape(), gen, p.dtype()) * 0.1);
+    if (name == "gate.log_alpha" || name.ends_with(".gate.log_alpha"))
+      kernels::copy_(p, randn(p.shape(), gen, p.dtype()));  // gates spread over (0, 1), some at 0
+    else
+      kernels::copy_(p, p + randn(p.shape(), gen, p.dtype()) * 0.1);
   for (auto& [name, b] : layer.named_buffers())
     if (name == "head_mask" || name.ends_with(".head_mask")) kernels::copy_(b, rand(b.shape(), gen, b.dtype(), 0.5, 1.5));
 }

@@ -7,9 +7,9 @@
 //     fmt::print("{} {} {}\n", r.passed ? "PASS" : "FAIL", r.name, r.detail);
 //
 // Every check runs in float64 and eval mode (gates deterministic, no dropout, fixed random
-// features), on random weights: each parameter gets 0.1 N(0, 1) added to its init and head_mask
-// random values in [0.5, 1.5], so that zero-initialised tensors (sinks, mix_logits) and the
-// head_mask take part. What a variant supports is probed, not declared: a mask, causal, prune_heads
+// features), on random weights: each parameter gets 0.1 N(0, 1) added to its init, gate.log_alpha
+// N(0, 1) and head_mask random values in [0.5, 1.5], so that zero-initialised tensors (sinks,
+// mix_logits), the gates and the head_mask take part. What a variant supports is probed, not declared: a mask, causal, prune_heads
 // or forward_step that the layer rejects with an attnlab error naming the variant makes the
 // checks that need it SKIP; a rejection that does not name the variant, or any other exception,
 // is a FAIL.

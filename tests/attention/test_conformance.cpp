@@ -20,17 +20,6 @@ namespace {
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
-// Runs the suite and fails the test case for each failed check, naming it.
-std::vector<check::CheckResult> conforms(const std::string& spec, check::CheckOptions options = {}) {
-  auto results = check::check_variant(spec, options);
-  CHECK(results.size() == check::check_names().size());
-  for (const auto& r : results) {
-    INFO(spec << " " << r.name << ": " << r.detail);
-    CHECK(r.passed);
-  }
-  return results;
-}
-
 bool skipped(const std::vector<check::CheckResult>& results, const std::string& name) {
   for (const auto& r : results)
     if (r.name == name) return r.skipped;
@@ -51,6 +40,17 @@ check::CheckOptions options_for(const std::string& name) {
   // N = 32 (their default block, chunk or landmarks): fewer elements per gradcheck
   if (name == "lsh" || name == "sinkhorn" || name == "nystrom") o.grad_elements = 8;
   return o;
+}
+
+// Runs the suite and fails the test case for each failed check, naming it.
+std::vector<check::CheckResult> conforms(const std::string& spec, const check::CheckOptions& options) {
+  auto results = check::check_variant(spec, options);
+  CHECK(results.size() == check::check_names().size());
+  for (const auto& r : results) {
+    INFO(spec << " " << r.name << ": " << r.detail);
+    CHECK(r.passed);
+  }
+  return results;
 }
 
 // The registry's variants in groups, so that each test case stays short; any variant in no
@@ -85,23 +85,23 @@ void check_registered(const std::function<bool(const std::string&)>& pick) {
 
 }  // namespace
 
-TEST_CASE("conformance, default options: the multi-head mechanism and the attention of current models") {
+TEST_CASE("conformance with default options: the multi-head mechanism and the attention of current models") {
   check_registered([](const std::string& name) { return kGroups[0].count(name) > 0; });
 }
 
-TEST_CASE("conformance, default options: the positional patterns, routing, linear and fnet") {
+TEST_CASE("conformance with default options: the positional patterns, routing, linear and fnet") {
   check_registered([](const std::string& name) { return kGroups[1].count(name) > 0; });
 }
 
-TEST_CASE("conformance, default options: lsh, sinkhorn and performer") {
+TEST_CASE("conformance with default options: lsh, sinkhorn and performer") {
   check_registered([](const std::string& name) { return kGroups[2].count(name) > 0; });
 }
 
-TEST_CASE("conformance, default options: linformer, compressed, nystrom and mixer") {
+TEST_CASE("conformance with default options: linformer, compressed, nystrom and mixer") {
   check_registered([](const std::string& name) { return kGroups[3].count(name) > 0; });
 }
 
-TEST_CASE("conformance, default options: every other registered variant") {
+TEST_CASE("conformance with default options: every other registered variant") {
   int64_t ran = 0;
   for (const auto& v : nn::variants()) {
     bool grouped = false;
@@ -119,9 +119,11 @@ TEST_CASE("conformance: mha's options of current models, one at a time and toget
        {"mha(heads=4, kv_heads=2)", "mha(heads=2, kv_heads=1, key_size=3, value_size=5)", "mha(heads=3, key_size=2, value_size=2, alibi=true)",
         "mha(heads=2, qk_norm=true)", "mha(heads=2, softcap=0.5)", "mha(heads=2, sinks=true)", "mha(heads=2, rope=true)",
         "mha(heads=2, score=sigmoid)", "mha(heads=2, score=softpick)", "mha(heads=2, key_bias=false, gate=hard_concrete)",
-        "mha(heads=4, kv_heads=2, alibi=true, qk_norm=true, softcap=2, sinks=true, rope=true, bias=false)"}) {
+        "mha(heads=4, kv_heads=2, alibi=true, qk_norm=true, softcap=2, sinks=true, rope=true, bias=false)",
+        "mha(heads=2, score=sigmoid, alibi=true, rope=true)", "mha(heads=2, score=softpick, qk_norm=true)",
+        "mha(heads=3, key_size=2, value_size=3, kv_heads=3, alibi=true, gate=hard_concrete)"}) {
     CAPTURE(spec);
-    conforms(spec);
+    conforms(spec, options_for(nn::parse_spec(spec).name));
   }
 }
 
@@ -130,14 +132,20 @@ TEST_CASE("conformance: the option combinations of the other variants that chang
        {"talking_heads(heads=2, logit_heads=3, value_heads=4, key_size=3, value_size=2)",
         "talking_heads(heads=2, pre=false, post=false, gate=hard_concrete)", "collaborative(heads=2, mixing_init=concatenate)",
         "synthesizer(heads=2, parts=dense+random+fixed_random+factorized_dense+factorized_random+vanilla, max_len=16, factor=2)",
-        "local(heads=2, window=2, sink_tokens=2)", "sparse_strided(heads=2, stride=3)", "sparse_fixed(heads=2, block=4, summary=1)",
+        "local(heads=4, window=2, gate=hard_concrete)", "local(heads=2, window=2, sink_tokens=2)",
+        "sparse_strided(heads=2, stride=3)", "sparse_fixed(heads=4, block=3, summary=1, key_size=3)",
         "dilated(heads=2, window=1, dilation=2)", "longformer(heads=2, window=1, global=0+5, separate_global=true)",
-        "bigbird(heads=2, block=2, random=1, max_len=64)", "linformer(heads=2, proj_len=3, max_len=16, share=kv)",
-        "nystrom(heads=2, landmarks=2, conv=3)", "performer(heads=2, features=6, ortho=false)",
-        "mla(heads=2, kv_rank=3, q_rank=4)", "diff(heads=2, key_size=2, value_size=3, layer=3)",
+        "bigbird(heads=2, block=2, random=1, max_len=64)", "lsh(heads=4, buckets=4, hashes=2, chunk=3, gate=hard_concrete)",
+        "routing(heads=4, clusters=3, gate=hard_concrete)", "sinkhorn(heads=4, key_size=3, block=2, max_len=8, gate=hard_concrete)",
+        "linformer(heads=2, proj_len=3, max_len=16, share=kv)",
+        "linformer(heads=4, key_size=3, proj_len=3, max_len=6, gate=hard_concrete)",
+        "nystrom(heads=4, key_size=3, landmarks=2, conv=3, gate=hard_concrete)", "linear(heads=4, key_size=3, gate=hard_concrete)",
+        "performer(heads=2, features=6, ortho=false)", "performer(heads=4, features=7, key_size=3, gate=hard_concrete)",
+        "mla(heads=2, kv_rank=3, q_rank=4)", "mla(heads=3, kv_rank=4, key_size=2, rope_size=2, value_size=3, gate=hard_concrete)",
+        "diff(heads=2, key_size=2, value_size=3, layer=3)",
         "retention(heads=2, decay=0.7, chunk=3)"}) {
     CAPTURE(spec);
-    conforms(spec);
+    conforms(spec, options_for(nn::parse_spec(spec).name));
   }
 }
 

@@ -219,27 +219,6 @@ TEST_CASE("linear gradcheck: self, causal, key mask with empty rows, general mas
   }
 }
 
-TEST_CASE("linear: a pruned layer equals the masked one") {
-  for (bool causal : {false, true}) {
-    CAPTURE(causal);
-    auto a = build64("linear(heads=4, key_size=3, gate=hard_concrete)");
-    auto& p = projected(a);
-    a->eval();
-    Generator g(15);
-    {
-      NoGradGuard ng;
-      copy_(p.gate->log_alpha, randn({4}, g, kFloat64));
-      copy_(p.head_mask, from_vector<double>({1, 0, 1, 0}));
-    }
-    Tensor x = randn({2, 5, 8}, g, kFloat64);
-    Tensor masked = a->forward(x, {}, {}, causal).output;
-    auto pruned = a->prune_heads({0, 2});
-    CHECK(projected(pruned).config.heads == 2);
-    CHECK(projected(pruned).q_proj->weight.shape() == Dims{6, 8});
-    CHECK(allclose(pruned->forward(x, {}, {}, causal).output, masked, 1e-10, 1e-12));
-  }
-}
-
 TEST_CASE("linear: forward + backward memory grows linearly in N, causal and not") {
   for (bool causal : {false, true}) {
     CAPTURE(causal);

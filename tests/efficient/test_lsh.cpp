@@ -292,31 +292,6 @@ TEST_CASE("lsh head_mask gradient, float32, dropout in train mode, N = 0") {
   CHECK(a->forward(zeros({2, 0, 8}, kFloat64)).output.shape() == Dims{2, 0, 8});
 }
 
-TEST_CASE("lsh: a pruned layer equals the masked one, also when pruning reorders the heads") {
-  auto a = lsh64("lsh(heads=4, buckets=4, hashes=2, chunk=3, gate=hard_concrete)");
-  a->eval();
-  Generator g(14);
-  {
-    NoGradGuard ng;
-    copy_(a->gate->log_alpha, randn({4}, g, kFloat64));
-    copy_(a->head_mask, from_vector<double>({1, 0, 1, 0}));
-  }
-  Tensor x = randn({2, 6, 8}, g, kFloat64);
-  Tensor masked = a->forward(x).output;
-  auto p = a->prune_heads({0, 2});
-  auto& pl = dynamic_cast<nn::LshAttention&>(*p);
-  CHECK(pl.config.heads == 2);
-  CHECK(pl.rotations.shape() == Dims{2, 2, 2, 2});
-  CHECK(pl.spec().find("key_size=2") != std::string::npos);
-  CHECK(allclose(p->forward(x).output, masked, 1e-10, 1e-12));
-  {
-    NoGradGuard ng;
-    fill_(a->head_mask, 1.0);
-  }
-  auto swapped = a->prune_heads({3, 2, 1, 0});
-  CHECK(allclose(swapped->forward(x).output, a->forward(x).output, 1e-10, 1e-12));
-}
-
 TEST_CASE("lsh parameters: shared QK (no k_proj) and the rotations buffer") {
   auto a = make_attention("lsh(heads=2, key_size=3, buckets=6, hashes=3)", 8);
   std::vector<std::string> names;

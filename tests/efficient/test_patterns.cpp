@@ -374,28 +374,6 @@ TEST_CASE("attention dropout (train mode) is the kernel's counter-based draw on 
   }
 }
 
-TEST_CASE("a pruned pattern layer equals the masked one") {
-  for (std::string spec : {"local(heads=4, window=2, gate=hard_concrete)", "local(heads=4, window=1, sink_tokens=2)",
-                           "sparse_strided(heads=4, stride=3)",
-                           "sparse_fixed(heads=4, block=3, summary=1, key_size=3)", "dilated(heads=4, window=1, dilation=2)"}) {
-    CAPTURE(spec);
-    auto a = make64(spec);
-    auto& pa = projected(a);
-    Generator g(13);
-    {
-      NoGradGuard ng;
-      if (pa.gate) copy_(pa.gate->log_alpha, randn({4}, g, kFloat64));
-      copy_(pa.head_mask, from_vector<double>({1, 0, 1, 0}));
-    }
-    Tensor x = randn({2, 9, 8}, g, kFloat64);
-    Tensor masked = a->forward(x).output;
-    auto p = a->prune_heads({0, 2});
-    CHECK(projected(p).config.heads == 2);
-    CHECK(p->spec().find("heads=2") != std::string::npos);
-    CHECK(allclose(p->forward(x).output, masked, 1e-10, 1e-12));
-  }
-}
-
 TEST_CASE("pattern specs round-trip, list the MHA parameters, and state their costs") {
   for (std::string spec : {"local(window=5)", "local(window=5, sink_tokens=3)", "sparse_strided(stride=4)", "sparse_fixed(block=6, summary=2)",
                            "dilated(window=3, dilation=4)"}) {

@@ -309,26 +309,6 @@ TEST_CASE("performer gradcheck: ortho and not, causal, key mask with empty rows,
   }
 }
 
-TEST_CASE("performer: a pruned layer equals the masked one and shares the whole projection") {
-  auto a = build64("performer(heads=4, features=7, key_size=3, gate=hard_concrete)");
-  auto& p = performer(a);
-  a->eval();
-  Generator g(25);
-  {
-    NoGradGuard ng;
-    copy_(p.gate->log_alpha, randn({4}, g, kFloat64));
-    copy_(p.head_mask, from_vector<double>({0, 1, 1, 0}));
-  }
-  Tensor x = randn({2, 5, 8}, g, kFloat64);
-  for (bool causal : {false, true}) {
-    Tensor masked = a->forward(x, {}, {}, causal).output;
-    auto pruned = a->prune_heads({1, 2});
-    CHECK(performer(pruned).config.heads == 2);
-    CHECK(allclose(performer(pruned).projection, p.projection, 0, 0));
-    CHECK(allclose(pruned->forward(x, {}, {}, causal).output, masked, 1e-10, 1e-12));
-  }
-}
-
 TEST_CASE("performer: names, shapes, spec round trip, errors") {
   auto a = make_attention("performer(heads=2, features=6, redraw=3)", 8);
   auto bufs = a->named_buffers();

@@ -292,30 +292,6 @@ TEST_CASE("routing gradcheck at a point where no assignment flips: plain, causal
   }
 }
 
-TEST_CASE("routing: a pruned layer equals the masked one, also when pruning reorders the heads") {
-  auto a = routing64("routing(heads=4, clusters=3, gate=hard_concrete)");
-  a->eval();
-  Generator g(14);
-  {
-    NoGradGuard ng;
-    copy_(a->gate->log_alpha, randn({4}, g, kFloat64));
-    copy_(a->head_mask, from_vector<double>({0, 1, 1, 0}));
-  }
-  Tensor x = randn({2, 6, 8}, g, kFloat64);
-  Tensor masked = a->forward(x).output;
-  auto p = a->prune_heads({1, 2});
-  auto& pr = dynamic_cast<nn::RoutingAttention&>(*p);
-  CHECK(pr.config.heads == 2);
-  CHECK(pr.centroids.shape() == Dims{2, 3, 2});
-  CHECK(allclose(p->forward(x).output, masked, 1e-10, 1e-12));
-  {
-    NoGradGuard ng;
-    fill_(a->head_mask, 1.0);
-  }
-  auto swapped = a->prune_heads({2, 0, 3, 1});
-  CHECK(allclose(swapped->forward(x).output, a->forward(x).output, 1e-10, 1e-12));
-}
-
 TEST_CASE("routing parameters: MHA projections, the centroids buffer with unit rows") {
   auto a = make_attention("routing(heads=2, key_size=3, clusters=5)", 8);
   std::vector<std::string> names;
