@@ -135,7 +135,7 @@ TEST_CASE("linear equals the plain-loop formula: self, causal, cross, key masks,
   };
   for (const Case& c : cases) {
     CAPTURE(c.name);
-    auto a = build64(c.spec);
+    auto a = float64_layer(c.spec);
     a->eval();
     auto& p = projected(a);
     {
@@ -155,7 +155,7 @@ TEST_CASE("linear equals the plain-loop formula: self, causal, cross, key masks,
 }
 
 TEST_CASE("linear: a query with no allowed key outputs zero, with eps = 0 and finite gradients") {
-  auto a = build64("linear(heads=2, eps=0)");
+  auto a = float64_layer("linear(heads=2, eps=0)");
   auto& p = projected(a);
   Generator g(12);
   Tensor x = randn({2, 4, 8}, g, kFloat64).requires_grad_();
@@ -177,7 +177,7 @@ TEST_CASE("linear: a query with no allowed key outputs zero, with eps = 0 and fi
 }
 
 TEST_CASE("linear: the implicit attention rows sum to den / (den + eps)") {
-  auto a = build64("linear(heads=2, eps=0)");
+  auto a = float64_layer("linear(heads=2, eps=0)");
   Generator g(13);
   Tensor x = randn({2, 6, 8}, g, kFloat64);
   auto r = a->forward(x, {}, {}, true, true);
@@ -212,7 +212,7 @@ TEST_CASE("linear gradcheck: self, causal, key mask with empty rows, general mas
     CAPTURE(c.spec);
     CAPTURE(c.causal);
     CAPTURE(c.mask.defined());
-    auto a = build64(c.spec);
+    auto a = float64_layer(c.spec);
     a->eval();
     auto r = gradcheck_layer(*a, x, c.cross ? ctx : Tensor(), c.mask, c.causal);
     CHECK_MESSAGE(r.ok, r.message);

@@ -37,7 +37,7 @@ struct Twin {
 Twin naive_lsh(const nn::LshAttention& m, const Tensor& x, const Tensor& mask, bool causal) {
   const int64_t B = x.size(0), N = x.size(1), D = x.size(2), h = m.config.heads, dk = m.config.key_size,
                 dv = m.config.value_size, R = m.hashes, nb = m.buckets, c = m.chunk, nc = N / c;
-  const auto q = linear(*m.q_proj, x), v = linear(*m.v_proj, x), rot = m.rotations.to_vector<double>();
+  const auto q = linear_values(*m.q_proj, x), v = linear_values(*m.v_proj, x), rot = m.rotations.to_vector<double>();
   const auto hm = m.head_mask.to_vector<double>();
   DenseMask allowed(mask, B, h, N);
   Twin tw;
@@ -121,7 +121,7 @@ Twin naive_lsh(const nn::LshAttention& m, const Tensor& x, const Tensor& mask, b
         }
       }
     }
-  auto y = linear(*m.out_proj, from_vector(o, {B, N, h * dv}));
+  auto y = linear_values(*m.out_proj, from_vector(o, {B, N, h * dv}));
   tw.output = from_vector(y, {B, N, D});
   tw.attention = from_vector(att, {B, h, N, N});
   return tw;

@@ -4,6 +4,7 @@
 // examples, linear memory, and the option errors.
 #include <functional>
 
+#include "efficient_testing.hpp"
 #include "helpers.hpp"
 #include "nn/attention/mha.hpp"
 #include "nn/attention/patterns.hpp"
@@ -33,9 +34,7 @@ Rule dilated_rule(int64_t w, int64_t d) {
 }
 
 std::shared_ptr<nn::Attention> make64(const std::string& spec, int64_t d_model = 8, uint64_t seed = 7) {
-  manual_seed(seed);
-  auto a = make_attention(spec, d_model);
-  a->to(kFloat64);
+  auto a = float64_layer(spec, d_model, seed);
   a->eval();
   return a;
 }

@@ -32,7 +32,7 @@ struct Twin {
 Twin naive_routing(const nn::RoutingAttention& m, const Tensor& x, const Tensor& mask, bool causal) {
   const int64_t B = x.size(0), N = x.size(1), D = x.size(2), h = m.config.heads, dk = m.config.key_size,
                 dv = m.config.value_size, K = m.clusters;
-  const auto q = linear(*m.q_proj, x), k = linear(*m.k_proj, x), v = linear(*m.v_proj, x);
+  const auto q = linear_values(*m.q_proj, x), k = linear_values(*m.k_proj, x), v = linear_values(*m.v_proj, x);
   const auto mu = m.centroids.to_vector<double>(), hm = m.head_mask.to_vector<double>();
   DenseMask allowed(mask, B, h, N);
   Twin tw;
@@ -99,7 +99,7 @@ Twin naive_routing(const nn::RoutingAttention& m, const Tensor& x, const Tensor&
     }
     for (int64_t d = 0; d < dk; ++d) after[r * dk + d] /= std::sqrt(norm);
   }
-  tw.output = from_vector(linear(*m.out_proj, from_vector(o, {B, N, h * dv})), {B, N, D});
+  tw.output = from_vector(linear_values(*m.out_proj, from_vector(o, {B, N, h * dv})), {B, N, D});
   tw.attention = from_vector(att, {B, h, N, N});
   tw.centroids = from_vector(after, {h, K, dk});
   return tw;
