@@ -287,6 +287,48 @@ std::string check_masked_row(const Subject& s) {
   return fmt::format("{}: those rows equal {} ({}); {}", m.kind, has_head_mask ? "all-zero heads" : "zero", fmt_diff(d), att);
 }
 
+// Cross-attention where the layer takes a context (B, M, D), M != N: output (B, N, D); with a key
+// padding mask on the context, changing its masked rows moves no output; gradcheck of x and the
+// context (the parameters are checked on self-attention).
+std::string check_cross(const Subject& s) {
+  if (s.n_long == s.n) throw Skip{"needs two accepted lengths for N != M"};
+  Layer a = build(s);
+  const int64_t D = s.options.d_model, N = s.n, M = s.n_long;
+  Tensor x = input(2, N, D, s.options.seed + 14);
+  const std::vector<double> c = input_values(2, M, D, s.options.seed + 15);
+  const Dims cshape{2, M, D};
+  Tensor y;
+  if (auto no = rejection(s, [&] { y = a->forward(x, from_vector(c, cshape)).output; }))
+    throw Skip{"takes no context: " + *no};
+  if (y.shape() != Dims{2, N, D} || !all_finite(y))
+    fail<ShapeError>("context ({}, {}, {}) gives output {}{}", 2, M, D, to_string(y.shape()), all_finite(y) ? "" : ", not finite");
+  std::string masked = "no key mask";
+  const std::vector<bool> pad = padding(2, M);
+  const Tensor mask = from_vector(pad, {2, 1, 1, M});
+  if (!rejection(s, [&] { a->forward(x, from_vector(c, cshape), mask); })) {
+    std::vector<double> moved = c;
+    Generator gen(s.options.seed + 16);
+    const auto noise = randn(cshape, gen, kFloat64).to_vector<double>();
+    for (size_t j = 0; j < moved.size(); ++j) {
+      const int64_t row = int64_t(j) / D;
+      if (!pad[row]) moved[j] += 3 * noise[j];
+    }
+    const double d = difference(a->forward(x, from_vector(moved, cshape), mask).output,
+                                a->forward(x, from_vector(c, cshape), mask).output);
+    require_close(s, d, "the output moved when masked context rows changed");
+    masked = "masked context rows move nothing (" + fmt_diff(d) + ")";
+  }
+  Tensor cx = from_vector(c, cshape).requires_grad_();
+  x.requires_grad_();
+  auto fn = [&](const std::vector<Tensor>&) { return a->forward(x, cx, mask).output; };
+  GradcheckOptions o;
+  o.seed = s.options.seed + 17;
+  o.max_elements = s.options.grad_elements;
+  for (auto& [name, t] : std::vector<std::pair<std::string, Tensor>>{{"x", x}, {"context", cx}})
+    if (GradcheckResult r = gradcheck(fn, {t}, o); !r) fail<ValueError>("{}: {}", name, r.message);
+  return fmt::format("N={}, M={}: output (B, N, D); {}; gradcheck of x and the context", N, M, masked);
+}
+
 std::string check_state_dict(const Subject& s) {
   Layer a = build(s);
   Layer b = build_plain(a->spec(), s.options.d_model, s.options.seed + 77);
@@ -474,6 +516,7 @@ const std::vector<std::pair<std::string, CheckFn>>& checks() {
       {"key_mask", check_key_mask},
       {"causal", check_causal},
       {"masked_row", check_masked_row},
+      {"cross", check_cross},
       {"state_dict", check_state_dict},
       {"prune_heads", check_prune},
       {"gradcheck", check_gradcheck},

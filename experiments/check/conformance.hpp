@@ -45,7 +45,8 @@ struct CheckOptions {
 };
 
 // The check names in the order check_variant reports them: build, spec, shape, key_mask, causal,
-// masked_row, state_dict, prune_heads, gradcheck, gradcheck_masked, forward_step, bad_options.
+// masked_row, cross, state_dict, prune_heads, gradcheck, gradcheck_masked, forward_step,
+// bad_options.
 const std::vector<std::string>& check_names();
 
 // Runs every check on the layer make_attention(spec, d_model) builds. A spec that does not parse

@@ -76,6 +76,10 @@ void check_registered(const std::function<bool(const std::string&)>& pick) {
     const std::set<std::string> no_mask = {"fnet", "mixer"};
     const std::set<std::string> not_causal = {"bigbird", "sinkhorn", "linformer", "compressed", "nystrom", "fnet", "mixer"};
     const std::set<std::string> no_pruning = {"fnet", "mixer"};
+    // (sparse_strided and sparse_fixed are causal by default, and causal takes no context)
+    const std::set<std::string> self_only = {"synthesizer", "lsh",  "routing",        "sinkhorn",    "fnet",
+                                             "mixer",       "retention", "sparse_strided", "sparse_fixed"};
+    CHECK(skipped(results, "cross") == (self_only.count(name) > 0));
     CHECK(skipped(results, "masked_row") == (no_mask.count(name) > 0));
     CHECK(skipped(results, "forward_step") == (not_causal.count(name) > 0 || name == "lsh"));
     CHECK(skipped(results, "prune_heads") == (no_pruning.count(name) > 0));
@@ -133,7 +137,8 @@ TEST_CASE("conformance: the option combinations of the other variants that chang
         "talking_heads(heads=2, pre=false, post=false, gate=hard_concrete)", "collaborative(heads=2, mixing_init=concatenate)",
         "synthesizer(heads=2, parts=dense+random+fixed_random+factorized_dense+factorized_random+vanilla, max_len=16, factor=2)",
         "local(heads=4, window=2, gate=hard_concrete)", "local(heads=2, window=2, sink_tokens=2)",
-        "sparse_strided(heads=2, stride=3)", "sparse_fixed(heads=4, block=3, summary=1, key_size=3)",
+        "sparse_strided(heads=2, stride=3)", "sparse_strided(heads=2, stride=2, causal=false)",
+        "sparse_fixed(heads=4, block=3, summary=1, key_size=3)", "sparse_fixed(heads=2, block=2, summary=1, causal=false)",
         "dilated(heads=2, window=1, dilation=2)", "longformer(heads=2, window=1, global=0+5, separate_global=true)",
         "bigbird(heads=2, block=2, random=1, max_len=64)", "lsh(heads=4, buckets=4, hashes=2, chunk=3, gate=hard_concrete)",
         "routing(heads=4, clusters=3, gate=hard_concrete)", "sinkhorn(heads=4, key_size=3, block=2, max_len=8, gate=hard_concrete)",
@@ -207,9 +212,9 @@ TEST_CASE("conformance: a user-registered variant is checked, and each defect fa
   register_defective();
   CHECK(failures("defective(heads=2)").empty());
   // (prune_heads returns a plain mha, which the masked defective layer no longer equals)
-  CHECK(failures("defective(heads=2, defect=ignores_mask)") == std::set<std::string>{"key_mask", "masked_row", "prune_heads"});
+  CHECK(failures("defective(heads=2, defect=ignores_mask)") == std::set<std::string>{"key_mask", "masked_row", "cross", "prune_heads"});
   CHECK(failures("defective(heads=2, defect=peeks_ahead)") == std::set<std::string>{"causal", "forward_step", "prune_heads"});
-  CHECK(failures("defective(heads=2, defect=wrong_gradient)") == std::set<std::string>{"gradcheck", "gradcheck_masked"});
+  CHECK(failures("defective(heads=2, defect=wrong_gradient)") == std::set<std::string>{"cross", "gradcheck", "gradcheck_masked"});
   CHECK(failures("defective(heads=2, defect=unnamed_error)") == std::set<std::string>{"prune_heads"});
   // a layer that fails to build is one failed result
   auto r = check::check_variant("mha(heads=3)");
@@ -239,7 +244,7 @@ TEST_CASE("attnlab check prints one line per check; exit 0 all pass, 1 a failure
   std::string text;
   CHECK(run({"mha(heads=2)", 8, {}, {}}, &text) == 0);
   for (const std::string& name : check::check_names()) CHECK(contains(text, "PASS  " + name + " "));
-  CHECK(contains(text, "mha(heads=2): 12 checks passed, 0 failed, 0 skipped"));
+  CHECK(contains(text, "mha(heads=2): 13 checks passed, 0 failed, 0 skipped"));
   register_defective();
   CHECK(run({"defective(heads=2, defect=peeks_ahead)", 8, {4, 6}, {}}, &text) == 1);
   CHECK(contains(text, "FAIL  causal "));
