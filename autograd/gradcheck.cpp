@@ -5,6 +5,17 @@
 #include "autograd/ops.hpp"
 
 namespace attnlab {
+namespace {
+
+// The next multi-index in row-major order.
+void advance(Dims& idx, const Dims& shape) {
+  for (int d = static_cast<int>(shape.size()) - 1; d >= 0; --d) {
+    if (++idx[d] < shape[d]) return;
+    idx[d] = 0;
+  }
+}
+
+}  // namespace
 
 GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& fn,
                           const std::vector<Tensor>& inputs, const GradcheckOptions& options) {
@@ -36,7 +47,13 @@ GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)
     std::vector<double> an = analytic.defined() ? analytic.to_vector<double>() : std::vector<double>(x.numel(), 0.0);
     double* base = static_cast<double*>(x.storage()->data());
     Dims idx = Dims::filled(x.dim(), 0);
-    for (int64_t j = 0; j < x.numel(); ++j) {
+    const int64_t n = x.numel(), picks = options.max_elements > 0 ? std::min(options.max_elements, n) : n;
+    for (int64_t j = 0; j < n; ++j) {
+      const bool checked = (j * picks) / n != ((j + 1) * picks) / n;  // `picks` evenly spread elements
+      if (!checked) {
+        advance(idx, x.shape());
+        continue;
+      }
       int64_t off = x.offset();
       for (int d = 0; d < x.dim(); ++d) off += idx[d] * x.strides()[d];
       const double orig = base[off];
@@ -53,10 +70,7 @@ GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)
         result.message = fmt::format("gradcheck: input {} (shape {}), element {}: analytic {:.10g}, numeric {:.10g}", i,
                                      to_string(x.shape()), j, an[j], numeric);
       }
-      for (int d = x.dim() - 1; d >= 0; --d) {
-        if (++idx[d] < x.shape()[d]) break;
-        idx[d] = 0;
-      }
+      advance(idx, x.shape());
     }
   }
   return result;

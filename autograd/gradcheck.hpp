@@ -18,6 +18,9 @@ struct GradcheckOptions {
   double atol = 1e-5;  // pass if |analytic - numeric| <= atol + rtol * |numeric|
   double rtol = 1e-3;
   uint64_t seed = 0;   // for the random upstream gradient
+  // Elements checked per input: 0 = every one; otherwise at most this many, spread evenly over
+  // the input (large weight tables, where every element would cost two forward calls).
+  int64_t max_elements = 0;
 };
 
 struct GradcheckResult {

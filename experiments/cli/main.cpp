@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "attnlab.hpp"
+#include "experiments/cli/check.hpp"
 #include "experiments/cli/commands.hpp"
 #include "experiments/cli/heads_commands.hpp"
 #include "experiments/cli/run.hpp"
@@ -45,6 +46,7 @@ int main(int argc, char** argv) {
   cli::add_sweep_commands(app, status);  // sweep, report
   cli::add_analyze_command(app, status);
   cli::add_viz_command(app, status);
+  cli::add_check_command(app, status);
   add_forwarding(app, "demo",
                  "the attention shoot-out: six variants trained on associative recall, results table and "
                  "report with a bubble chart (attnlab demo --help)", status, cli::run_demo);

@@ -228,27 +228,6 @@ TEST_CASE("train-mode gates are stochastic per call, within 0..1, and shared acr
   for (double v : m.gate->forward().to_vector<double>()) CHECK((v == 0.0 || v == 1.0));
 }
 
-TEST_CASE("a pruned layer equals the masked one") {
-  auto a = mha64("mha(heads=4, key_size=3, gate=hard_concrete)");
-  auto& m = static_cast<nn::MultiHeadAttention&>(*a);
-  a->eval();
-  Generator g(8);
-  {
-    NoGradGuard ng;
-    copy_(m.gate->log_alpha, randn({4}, g, kFloat64));
-    copy_(m.head_mask, from_vector<double>({1, 0, 1, 0}));
-  }
-  Tensor x = randn({2, 5, 8}, g, kFloat64);
-  Tensor masked = a->forward(x).output;
-  auto p = a->prune_heads({0, 2});
-  auto& pm = static_cast<nn::MultiHeadAttention&>(*p);
-  CHECK(pm.config.heads == 2);
-  CHECK(pm.q_proj->weight.shape() == Dims{6, 8});
-  CHECK(allclose(p->forward(x).output, masked, 1e-10, 1e-12));
-  CHECK(error_of([&] { a->prune_heads({0, 4}); }).find("out of range") != std::string::npos);
-  CHECK(error_of([&] { a->prune_heads({1, 1}); }).find("twice") != std::string::npos);
-}
-
 TEST_CASE("head_mask gradient is available when requested (head importance)") {
   auto a = mha64("mha(heads=2)");
   auto& m = static_cast<nn::MultiHeadAttention&>(*a);

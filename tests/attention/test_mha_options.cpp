@@ -301,27 +301,7 @@ TEST_CASE("mha options: bad values are ValueErrors naming the option, the value 
   }
 }
 
-TEST_CASE("mha options: forward_step with the cache equals the causal forward over the positions so far") {
-  // Chunks of 3, 1, 2, 1 positions; each chunk's rows are compared with the causal forward over
-  // every position so far (sigmoid's default bias is -log of the keys so far, as in that forward).
-  for (std::string spec : {"mha(heads=4, kv_heads=2, rope=true, qk_norm=true)", "mha(heads=4, kv_heads=1, alibi=true, softcap=2)",
-                           "mha(heads=4, kv_heads=2, alibi=true, sinks=true, rope=true, rope_base=50)",
-                           "mha(heads=2, score=sigmoid, alibi=true, rope=true)", "mha(heads=2, score=softpick, qk_norm=true)",
-                           "mha(heads=3, key_size=2, value_size=3, kv_heads=3, alibi=true, gate=hard_concrete)"}) {
-    CAPTURE(spec);
-    auto a = options64(spec);
-    Generator g(21);
-    Tensor x = randn({2, 7, 8}, g, kFloat64);
-    auto cache = a->make_cache(2, 9);
-    int64_t at = 0;
-    for (int64_t t : {3, 1, 2, 1}) {
-      Tensor got = a->forward_step(narrow(x, 1, at, t), *cache);  // (2, t, 8)
-      at += t;
-      Tensor want = narrow(a->forward(narrow(x, 1, 0, at), {}, {}, true).output, 1, at - t, t);
-      CHECK(allclose(got, want, 1e-10, 1e-12));
-    }
-    CHECK(cache->length == 7);
-  }
+TEST_CASE("mha options: the decoding cache holds g key/value heads") {
   // The cache holds g key/value heads: g/h of plain mha's.
   auto plain = make_attention("mha(heads=4, key_size=3, value_size=5)", 8);
   auto grouped = make_attention("mha(heads=4, key_size=3, value_size=5, kv_heads=2)", 8);

@@ -238,20 +238,6 @@ TEST_CASE("mla represents any bias-free mha of the same sizes when r = h (dk + d
   check_close("latent of known RMS", a->forward(xk).output, mha->forward(xk).output, 1e-10, 1e-12);
 }
 
-TEST_CASE("mla prune_heads equals the layer with the other heads masked out") {
-  for (const char* spec : {"mla(heads=3, kv_rank=4, key_size=2, rope_size=2, value_size=3, gate=hard_concrete)",
-                           "mla(heads=3, kv_rank=4, q_rank=5, key_size=2, rope_size=2, value_size=3)"}) {
-    CAPTURE(spec);
-    auto a = mla64(spec);
-    Generator g(6);
-    Tensor x = randn({2, 5, 8}, g, kFloat64);
-    auto pruned = a->prune_heads({2, 0});
-    copy_into(a->head_mask, from_vector<double>({1.0, 0.0, 1.0}));
-    check_close("pruned", pruned->forward(x, {}, {}, true).output, a->forward(x, {}, {}, true).output);
-    CHECK(pruned->spec().find("heads=2, kv_rank=4") != std::string::npos);
-  }
-}
-
 TEST_CASE("mla bad options and inputs are typed errors naming the variant, option, value and what is allowed") {
   auto err = [](const std::string& spec, int64_t d = 8) { return error_of([&] { make_attention(spec, d); }); };
   CHECK(err("mla(heads=2, rope_size=3)").find("mla: option rope_size=3: must be a positive even integer") !=

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "efficient_testing.hpp"
 #include "golden.hpp"
 #include "helpers.hpp"
 #include "nn/attention/bigbird.hpp"
@@ -23,11 +24,6 @@ struct Dense {
   Tensor output;     // (B, N, D)
   Tensor attention;  // (B, h, N, M)
 };
-
-inline Tensor linear(const nn::Linear& l, const Tensor& in) {
-  Tensor y = matmul(in, transpose(l.weight, 0, 1));
-  return l.bias.defined() ? y + l.bias : y;
-}
 
 // Dense twin of a ProjectedAttention layer. With `global_rows`, those query rows use
 // q_global/k_global/v_global (longformer's separate_global) against every key the rule allows.
@@ -71,14 +67,6 @@ inline std::function<bool(int64_t, int64_t, int64_t, int64_t)> mask_reader(const
     return m4.at({m4.size(0) == 1 ? 0 : b, m4.size(1) == 1 ? 0 : i, m4.size(2) == 1 ? 0 : n,
                   m4.size(3) == 1 ? 0 : m}) != 0;
   };
-}
-
-// The layer in float64, built after manual_seed(seed).
-inline std::shared_ptr<nn::Attention> make64(const std::string& spec, int64_t d_model = 8, uint64_t seed = 7) {
-  manual_seed(seed);
-  auto a = nn::make_attention(spec, d_model);
-  a->to(kFloat64);
-  return a;
 }
 
 // Random weights (not the defaults) so that every tensor moves the output; head_mask stays ones

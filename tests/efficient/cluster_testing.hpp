@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "efficient_testing.hpp"
 #include "helpers.hpp"
 #include "nn/attention/registry.hpp"
 
@@ -14,18 +15,13 @@ namespace attnlab::testing::cluster {
 // The layer of `spec` as its concrete type, built after manual_seed(7), in float64.
 template <class Layer>
 std::shared_ptr<Layer> layer64(const std::string& spec, int64_t d_model = 8) {
-  manual_seed(7);
-  auto a = std::dynamic_pointer_cast<Layer>(nn::make_attention(spec, d_model));
+  auto a = std::dynamic_pointer_cast<Layer>(float64_layer(spec, d_model));
   REQUIRE(a);
-  a->to(kFloat64);
   return a;
 }
 
 // y = x W^T + b as plain vectors: (B*T, out).
-inline std::vector<double> linear(const nn::Linear& l, const Tensor& x) {
-  Tensor y = matmul(x, transpose(l.weight, 0, 1));
-  return (l.bias.defined() ? y + l.bias : y).to_vector<double>();
-}
+inline std::vector<double> linear_values(const nn::Linear& l, const Tensor& x) { return linear(l, x).to_vector<double>(); }
 
 // The mask as a function of (b, i, n, m); undefined = all allowed.
 struct DenseMask {

@@ -7,19 +7,12 @@
 #include <vector>
 
 #include "golden.hpp"
+#include "efficient_testing.hpp"
 #include "helpers.hpp"
 #include "nn/attention/projected.hpp"
 #include "nn/attention/registry.hpp"
 
 namespace attnlab::testing::kernelmix {
-
-// A float64 layer from a spec, with weights from seed `seed`.
-inline std::shared_ptr<nn::Attention> build64(const std::string& spec, int64_t d_model = 8, uint64_t seed = 7) {
-  manual_seed(seed);
-  auto a = nn::make_attention(spec, d_model);
-  a->to(kFloat64);
-  return a;
-}
 
 // gradcheck of the layer's output with respect to x, the context (when given) and every
 // parameter, for a random upstream gradient.
@@ -33,22 +26,6 @@ inline GradcheckResult gradcheck_layer(nn::Attention& layer, const Tensor& x, co
         return layer.forward(in[0], context.defined() ? in[1] : Tensor(), mask, causal).output;
       },
       inputs);
-}
-
-// Plain-loop linear layer y = x W^T + b on (T, in) row-major data.
-inline std::vector<double> linear_rows(const std::vector<double>& x, int64_t rows, const Tensor& weight,
-                                       const Tensor& bias) {
-  const int64_t out = weight.size(0), in = weight.size(1);
-  auto w = weight.to_vector<double>();
-  std::vector<double> b = bias.defined() ? bias.to_vector<double>() : std::vector<double>(out, 0.0);
-  std::vector<double> y(rows * out);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t o = 0; o < out; ++o) {
-      double acc = b[o];
-      for (int64_t i = 0; i < in; ++i) acc += x[r * in + i] * w[o * in + i];
-      y[r * out + o] = acc;
-    }
-  return y;
 }
 
 // ---- golden file ----

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "efficient_testing.hpp"
 #include "helpers.hpp"
 #include "nn/attention/projected.hpp"
 #include "nn/attention/registry.hpp"
@@ -17,9 +18,7 @@ using Vec = std::vector<double>;
 
 // A float64 layer built from `spec` with seeded weights.
 inline std::shared_ptr<nn::Attention> layer64(const std::string& spec, int64_t d_model, uint64_t seed = 7) {
-  manual_seed(seed);
-  auto a = nn::make_attention(spec, d_model);
-  a->to(kFloat64);
+  auto a = float64_layer(spec, d_model, seed);
   a->eval();
   return a;
 }
@@ -32,19 +31,7 @@ inline Vec batch(const Tensor& x, int64_t b) {
 }
 
 // y = x W^T + b: x (rows, in) -> (rows, out).
-inline Vec linear(const Tensor& weight, const Tensor& bias, const Vec& x, int64_t rows) {
-  const int64_t out = weight.size(0), in = weight.size(1);
-  Vec w = weight.to_vector<double>(), bv = bias.defined() ? bias.to_vector<double>() : Vec(out, 0.0);
-  Vec y(rows * out);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t o = 0; o < out; ++o) {
-      double acc = bv[o];
-      for (int64_t c = 0; c < in; ++c) acc += x[r * in + c] * w[o * in + c];
-      y[r * out + o] = acc;
-    }
-  return y;
-}
-inline Vec linear(const nn::Linear& l, const Vec& x, int64_t rows) { return linear(l.weight, l.bias, x, rows); }
+inline Vec linear(const nn::Linear& l, const Vec& x, int64_t rows) { return linear_rows(x, rows, l.weight, l.bias); }
 
 // Columns [i*d, (i+1)*d) of t (rows, width): head i, (rows, d).
 inline Vec head(const Vec& t, int64_t rows, int64_t width, int64_t i, int64_t d) {

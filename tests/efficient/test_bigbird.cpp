@@ -47,7 +47,7 @@ void check_against_twin(const std::string& spec, int64_t N, int64_t M, const Ten
   CAPTURE(spec);
   CAPTURE(N);
   CAPTURE(M);
-  auto a = make64(spec);
+  auto a = float64_layer(spec);
   randomize(*a, 21);
   auto& bb = as_bigbird(a);
   Generator g(3);
@@ -88,7 +88,7 @@ TEST_CASE("bigbird cross-attention on raw block indices (N != M, random entries 
 }
 
 TEST_CASE("bigbird counts each key once: loaded random entries that repeat window or global blocks or each other") {
-  auto a = make64("bigbird(heads=2, block=2, window=3, global=1, random=3, max_len=16)");
+  auto a = float64_layer("bigbird(heads=2, block=2, window=3, global=1, random=3, max_len=16)");
   randomize(*a, 24);
   auto& bb = as_bigbird(a);
   // rows j = 1..7 of head 0: window blocks, a global block, repeats, >= N/b = 6, negative
@@ -118,7 +118,7 @@ TEST_CASE("bigbird counts each key once: loaded random entries that repeat windo
 }
 
 TEST_CASE("bigbird: a fully masked row gives a zero head output and a zero attention row, never NaN") {
-  auto a = make64("bigbird(heads=2, block=2, window=1, global=1, random=1, max_len=8)");
+  auto a = float64_layer("bigbird(heads=2, block=2, window=1, global=1, random=1, max_len=8)");
   Generator g(4);
   Tensor x = randn({1, 8, 8}, g, kFloat64).requires_grad_();
   std::vector<bool> v(64, true);
@@ -137,9 +137,9 @@ TEST_CASE("bigbird whose blocks cover every block equals mha (copied weights)") 
   for (std::string spec : {"bigbird(heads=2, block=2, window=1, global=1, random=2, max_len=8)",
                            "bigbird(heads=2, block=2, window=5, global=0, random=0, max_len=6)"}) {
     CAPTURE(spec);
-    auto bb = make64(spec);
+    auto bb = float64_layer(spec);
     randomize(*bb, 22);
-    auto mha = make64("mha(heads=2)");
+    auto mha = float64_layer("mha(heads=2)");
     TensorMap w = bb->state_dict();
     w.erase("random_blocks");
     mha->load_state_dict(w);
@@ -189,7 +189,7 @@ TEST_CASE("bigbird gradcheck: every option combination") {
   };
   for (const std::string& spec : specs) {
     CAPTURE(spec);
-    auto a = make64(spec);
+    auto a = float64_layer(spec);
     a->eval();
     Generator g(8);
     Tensor x = randn({2, 8, 8}, g, kFloat64).requires_grad_();
@@ -207,7 +207,7 @@ TEST_CASE("bigbird gradcheck: every option combination") {
 }
 
 TEST_CASE("bigbird: a pruned layer equals the masked one, random_blocks rows follow their heads") {
-  auto a = make64("bigbird(heads=4, key_size=3, block=2, window=1, global=1, random=2, max_len=16, gate=hard_concrete)");
+  auto a = float64_layer("bigbird(heads=4, key_size=3, block=2, window=1, global=1, random=2, max_len=16, gate=hard_concrete)");
   randomize(*a, 23);
   auto& bb = as_bigbird(a);
   a->eval();

@@ -119,7 +119,7 @@ TEST_CASE("linear equals the plain-loop formula: self, causal, cross, key masks,
   };
   for (const Case& c : cases) {
     CAPTURE(c.name);
-    auto a = build64(c.spec);
+    auto a = float64_layer(c.spec);
     a->eval();
     auto& p = projected(a);
     {
@@ -139,7 +139,7 @@ TEST_CASE("linear equals the plain-loop formula: self, causal, cross, key masks,
 }
 
 TEST_CASE("linear: a query with no allowed key outputs zero, with eps = 0 and finite gradients") {
-  auto a = build64("linear(heads=2, eps=0)");
+  auto a = float64_layer("linear(heads=2, eps=0)");
   auto& p = projected(a);
   Generator g(12);
   Tensor x = randn({2, 4, 8}, g, kFloat64).requires_grad_();
@@ -161,7 +161,7 @@ TEST_CASE("linear: a query with no allowed key outputs zero, with eps = 0 and fi
 }
 
 TEST_CASE("linear: the implicit attention rows sum to den / (den + eps)") {
-  auto a = build64("linear(heads=2, eps=0)");
+  auto a = float64_layer("linear(heads=2, eps=0)");
   Generator g(13);
   Tensor x = randn({2, 6, 8}, g, kFloat64);
   auto r = a->forward(x, {}, {}, true, true);
@@ -196,31 +196,10 @@ TEST_CASE("linear gradcheck: self, causal, key mask with empty rows, general mas
     CAPTURE(c.spec);
     CAPTURE(c.causal);
     CAPTURE(c.mask.defined());
-    auto a = build64(c.spec);
+    auto a = float64_layer(c.spec);
     a->eval();
     auto r = gradcheck_layer(*a, x, c.cross ? ctx : Tensor(), c.mask, c.causal);
     CHECK_MESSAGE(r.ok, r.message);
-  }
-}
-
-TEST_CASE("linear: a pruned layer equals the masked one") {
-  for (bool causal : {false, true}) {
-    CAPTURE(causal);
-    auto a = build64("linear(heads=4, key_size=3, gate=hard_concrete)");
-    auto& p = projected(a);
-    a->eval();
-    Generator g(15);
-    {
-      NoGradGuard ng;
-      copy_(p.gate->log_alpha, randn({4}, g, kFloat64));
-      copy_(p.head_mask, from_vector<double>({1, 0, 1, 0}));
-    }
-    Tensor x = randn({2, 5, 8}, g, kFloat64);
-    Tensor masked = a->forward(x, {}, {}, causal).output;
-    auto pruned = a->prune_heads({0, 2});
-    CHECK(projected(pruned).config.heads == 2);
-    CHECK(projected(pruned).q_proj->weight.shape() == Dims{6, 8});
-    CHECK(allclose(pruned->forward(x, {}, {}, causal).output, masked, 1e-10, 1e-12));
   }
 }
 

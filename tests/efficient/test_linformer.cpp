@@ -97,26 +97,6 @@ TEST_CASE("linformer gradcheck: self, cross-attention with a padding mask, share
   }
 }
 
-TEST_CASE("linformer: a pruned layer equals the masked one") {
-  auto a = layer64("linformer(heads=4, key_size=3, proj_len=3, max_len=6, gate=hard_concrete)", 8);
-  auto& l = static_cast<nn::Linformer&>(*a);
-  Generator g(4);
-  {
-    NoGradGuard ng;
-    copy_(l.gate->log_alpha, randn({4}, g, kFloat64));
-    copy_(l.head_mask, from_vector<double>({1, 0, 1, 0}));
-  }
-  Tensor x = randn({2, 5, 8}, g, kFloat64);
-  Tensor pad = from_vector<bool>({true, true, false, true, true, true, true, true, true, false}, {2, 1, 1, 5});
-  Tensor masked = a->forward(x, {}, pad).output;
-  auto p = a->prune_heads({0, 2});
-  auto& pl = static_cast<nn::Linformer&>(*p);
-  CHECK(pl.config.heads == 2);
-  CHECK(pl.q_proj->weight.shape() == Dims{6, 8});
-  CHECK(pl.proj_k.shape() == Dims{3, 6});
-  CHECK(allclose(p->forward(x, {}, pad).output, masked, 1e-10, 1e-12));
-}
-
 TEST_CASE("linformer errors: causal, non-key masks, keys longer than max_len") {
   CHECK(error_of([] { nn::make_attention("linformer(causal=true)", 8); }).find("linformer: option causal=true") !=
         std::string::npos);

@@ -69,7 +69,7 @@ void check_against_twin(const Case& c) {
   CAPTURE(c.N);
   CAPTURE(c.M);
   CAPTURE(c.mask);
-  auto a = make64(c.spec);
+  auto a = float64_layer(c.spec);
   randomize(*a, 11);
   auto& L = as_longformer(a);
   Generator g(3);
@@ -123,13 +123,13 @@ TEST_CASE("longformer separate_global: global rows use q_global/k_global/v_globa
        ""},
   };
   for (const Case& c : cases) check_against_twin(c);
-  auto a = make64("longformer(heads=2, separate_global=true)");
+  auto a = float64_layer("longformer(heads=2, separate_global=true)");
   std::vector<std::string> names;
   for (auto& [n, p] : a->named_parameters()) names.push_back(n + to_string(p.shape()));
   for (std::string want : {"q_global.weight(8,8)", "q_global.bias(8)", "k_global.weight(8,8)", "k_global.bias(8)",
                            "v_global.weight(8,8)", "v_global.bias(8)"})
     CHECK(std::find(names.begin(), names.end(), want) != names.end());
-  CHECK(make64("longformer(heads=2)")->named_parameters().size() == 8);
+  CHECK(float64_layer("longformer(heads=2)")->named_parameters().size() == 8);
 }
 
 TEST_CASE("longformer cross-attention on raw indices, global positions >= N ignored") {
@@ -142,7 +142,7 @@ TEST_CASE("longformer cross-attention on raw indices, global positions >= N igno
 }
 
 TEST_CASE("longformer: a fully masked row gives a zero head output and a zero attention row, never NaN") {
-  auto a = make64("longformer(heads=2, window=1, global=0)");
+  auto a = float64_layer("longformer(heads=2, window=1, global=0)");
   Generator g(4);
   Tensor x = randn({1, 6, 8}, g, kFloat64).requires_grad_();
   std::vector<bool> v(36, true);
@@ -163,8 +163,8 @@ TEST_CASE("longformer: a fully masked row gives a zero head output and a zero at
 TEST_CASE("longformer with every position global equals mha (copied weights), causal and masked too") {
   for (bool causal : {false, true}) {
     CAPTURE(causal);
-    auto lf = make64("longformer(heads=2, window=1, dilation=2, global_first=100)");
-    auto mha = make64("mha(heads=2)");
+    auto lf = float64_layer("longformer(heads=2, window=1, dilation=2, global_first=100)");
+    auto mha = float64_layer("mha(heads=2)");
     randomize(*lf, 12);
     mha->load_state_dict(lf->state_dict());
     Generator g(6);
@@ -177,7 +177,7 @@ TEST_CASE("longformer with every position global equals mha (copied weights), ca
 }
 
 TEST_CASE("longformer attention dropout acts in train mode only") {
-  auto a = make64("longformer(heads=2, window=2, global=0, attn_dropout=0.5)");
+  auto a = float64_layer("longformer(heads=2, window=2, global=0, attn_dropout=0.5)");
   Generator g(5);
   Tensor x = randn({2, 20, 8}, g, kFloat64);
   a->eval();
@@ -199,7 +199,7 @@ TEST_CASE("longformer gradcheck: every option combination") {
   };
   for (const std::string& spec : specs) {
     CAPTURE(spec);
-    auto a = make64(spec);
+    auto a = float64_layer(spec);
     a->eval();
     const bool causal = spec.find("causal=true") != std::string::npos;
     Generator g(8);
@@ -220,7 +220,7 @@ TEST_CASE("longformer gradcheck: every option combination") {
 }
 
 TEST_CASE("longformer: a pruned layer equals the masked one (separate_global, gates)") {
-  auto a = make64("longformer(heads=4, key_size=3, window=1, global=0+3, separate_global=true, gate=hard_concrete)");
+  auto a = float64_layer("longformer(heads=4, key_size=3, window=1, global=0+3, separate_global=true, gate=hard_concrete)");
   randomize(*a, 13);
   auto& L = as_longformer(a);
   a->eval();
@@ -340,7 +340,7 @@ void check_fused_equals_twin(const Case& c, DType dtype, double rtol, double ato
   CAPTURE(c.N);
   CAPTURE(c.M);
   CAPTURE(c.mask);
-  auto a = make64(c.spec);
+  auto a = float64_layer(c.spec);
   randomize(*a, 21);
   a->to(dtype);
   a->eval();
@@ -387,7 +387,7 @@ const std::vector<Case> kFusedCases = {
 TEST_CASE("longformer fused parts cover the rule exactly once (no key counted twice)") {
   for (const Case& c : kFusedCases) {
     CAPTURE(c.spec);
-    auto a = make64(c.spec);
+    auto a = float64_layer(c.spec);
     auto& L = as_longformer(a);
     const int64_t M = c.M ? c.M : c.N;
     for (bool causal : {false, true}) {
@@ -405,7 +405,7 @@ TEST_CASE("longformer fused parts cover the rule exactly once (no key counted tw
   }
   // Which form the window takes at d = 1: a prefix of global keys cuts lo, one global key inside
   // the window is an exclusion range, two apart in one window gather the keys without them.
-  auto window_of = [](const std::string& spec, int64_t N) { return as_longformer(make64(spec)).parts(N, N, false)[0]; };
+  auto window_of = [](const std::string& spec, int64_t N) { return as_longformer(float64_layer(spec)).parts(N, N, false)[0]; };
   auto prefix = window_of("longformer(window=4, global_first=2)", 32);
   CHECK(prefix.k_rows.empty());
   CHECK(prefix.pattern.ex_lo.empty());
@@ -417,7 +417,7 @@ TEST_CASE("longformer fused parts cover the rule exactly once (no key counted tw
   auto gathered = window_of("longformer(window=4, global=10+12)", 32);
   CHECK(gathered.k_rows.size() == 30);
   CHECK(gathered.q_rows.empty());
-  CHECK(as_longformer(make64("longformer(window=4, global_first=0)")).parts(32, 32, false).size() == 1);
+  CHECK(as_longformer(float64_layer("longformer(window=4, global_first=0)")).parts(32, 32, false).size() == 1);
 }
 
 TEST_CASE("longformer fused path equals the gathered-block twin: outputs and gradients, float64") {
@@ -444,7 +444,7 @@ TEST_CASE("longformer gradcheck of the fused path: exclusion range, gathered key
   };
   for (const std::string& spec : specs) {
     CAPTURE(spec);
-    auto a = make64(spec);
+    auto a = float64_layer(spec);
     a->eval();
     const bool causal = spec.find("causal=true") != std::string::npos;
     Generator g(9);
@@ -471,7 +471,7 @@ TEST_CASE("longformer fused dropout equals dense attention times the counter-bas
   for (const std::string spec : {"longformer(heads=2, window=2, global=0+6, attn_dropout=0.3)",
                                   "longformer(heads=2, window=1, dilation=2, global=3, attn_dropout=0.5, causal=true)"}) {
     CAPTURE(spec);
-    auto a = make64(spec);
+    auto a = float64_layer(spec);
     randomize(*a, 5);
     auto& L = as_longformer(a);
     Generator g(2);

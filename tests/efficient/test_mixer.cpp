@@ -46,7 +46,7 @@ Tensor naive_mixer(const nn::Mixer& m, const Tensor& x) {
 TEST_CASE("mixer equals its plain formula, N < max_len and N = max_len, with and without biases") {
   for (std::string spec : {"mixer(max_len=8, hidden=6)", "mixer(max_len=5, hidden=3, bias=false)"}) {
     CAPTURE(spec);
-    auto a = build64(spec);
+    auto a = float64_layer(spec);
     auto& m = dynamic_cast<nn::Mixer&>(*a);
     Generator g(31);
     for (int64_t N : {1, 3, 5}) {
@@ -61,13 +61,13 @@ TEST_CASE("mixer equals its plain formula, N < max_len and N = max_len, with and
 TEST_CASE("mixer gradcheck: with and without biases, N < max_len") {
   for (std::string spec : {"mixer(max_len=6, hidden=4)", "mixer(max_len=4, hidden=5, bias=false)"}) {
     CAPTURE(spec);
-    auto a = build64(spec, 5);
+    auto a = float64_layer(spec, 5);
     Generator g(32);
     auto r = gradcheck_layer(*a, randn({2, 3, 5}, g, kFloat64));
     CHECK_MESSAGE(r.ok, r.message);
   }
   // positions >= N get no gradient
-  auto a = build64("mixer(max_len=6, hidden=4)", 5);
+  auto a = float64_layer("mixer(max_len=6, hidden=4)", 5);
   Generator g(33);
   sum(a->forward(randn({2, 3, 5}, g, kFloat64)).output).backward();
   auto& m = dynamic_cast<nn::Mixer&>(*a);

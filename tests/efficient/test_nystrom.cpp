@@ -225,25 +225,6 @@ TEST_CASE("nystrom gradcheck: self, cross-attention with a padding mask, conv wi
   }
 }
 
-TEST_CASE("nystrom: a pruned layer equals the masked one (conv.weight rows follow the heads)") {
-  auto a = layer64("nystrom(heads=4, key_size=3, landmarks=2, conv=3, gate=hard_concrete)", 8);
-  auto& l = static_cast<nn::NystromAttention&>(*a);
-  Generator g(4);
-  {
-    NoGradGuard ng;
-    copy_(l.gate->log_alpha, randn({4}, g, kFloat64));
-    copy_(l.head_mask, from_vector<double>({0, 1, 1, 0}));
-  }
-  Tensor x = randn({2, 6, 8}, g, kFloat64);
-  Tensor pad = from_vector<bool>({true, true, false, true, true, true, true, true, true, true, false, false}, {2, 1, 1, 6});
-  Tensor masked = a->forward(x, {}, pad).output;
-  auto p = a->prune_heads({1, 2});
-  auto& pl = static_cast<nn::NystromAttention&>(*p);
-  CHECK(pl.config.heads == 2);
-  CHECK(pl.conv->weight.shape() == Dims{2, 1, 3, 1});
-  CHECK(allclose(p->forward(x, {}, pad).output, masked, 1e-10, 1e-12));
-}
-
 TEST_CASE("nystrom errors: causal, lengths not multiples of landmarks, context with conv, non-key masks, dropout") {
   CHECK(error_of([] { nn::make_attention("nystrom(causal=true)", 8); }).find("nystrom: option causal=true") !=
         std::string::npos);

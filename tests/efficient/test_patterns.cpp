@@ -4,6 +4,7 @@
 // examples, linear memory, and the option errors.
 #include <functional>
 
+#include "efficient_testing.hpp"
 #include "helpers.hpp"
 #include "nn/attention/mha.hpp"
 #include "nn/attention/patterns.hpp"
@@ -33,9 +34,7 @@ Rule dilated_rule(int64_t w, int64_t d) {
 }
 
 std::shared_ptr<nn::Attention> make64(const std::string& spec, int64_t d_model = 8, uint64_t seed = 7) {
-  manual_seed(seed);
-  auto a = make_attention(spec, d_model);
-  a->to(kFloat64);
+  auto a = float64_layer(spec, d_model, seed);
   a->eval();
   return a;
 }
@@ -371,28 +370,6 @@ TEST_CASE("attention dropout (train mode) is the kernel's counter-based draw on 
     CHECK_FALSE(allclose(a->forward(x).output, y));  // a new draw per call
     a->eval();
     CHECK(allclose(a->forward(x).output, naive_pattern(pa, x, x, {}, pa.config.causal, vc.rule).output, 1e-10, 1e-12));
-  }
-}
-
-TEST_CASE("a pruned pattern layer equals the masked one") {
-  for (std::string spec : {"local(heads=4, window=2, gate=hard_concrete)", "local(heads=4, window=1, sink_tokens=2)",
-                           "sparse_strided(heads=4, stride=3)",
-                           "sparse_fixed(heads=4, block=3, summary=1, key_size=3)", "dilated(heads=4, window=1, dilation=2)"}) {
-    CAPTURE(spec);
-    auto a = make64(spec);
-    auto& pa = projected(a);
-    Generator g(13);
-    {
-      NoGradGuard ng;
-      if (pa.gate) copy_(pa.gate->log_alpha, randn({4}, g, kFloat64));
-      copy_(pa.head_mask, from_vector<double>({1, 0, 1, 0}));
-    }
-    Tensor x = randn({2, 9, 8}, g, kFloat64);
-    Tensor masked = a->forward(x).output;
-    auto p = a->prune_heads({0, 2});
-    CHECK(projected(p).config.heads == 2);
-    CHECK(p->spec().find("heads=2") != std::string::npos);
-    CHECK(allclose(p->forward(x).output, masked, 1e-10, 1e-12));
   }
 }
 

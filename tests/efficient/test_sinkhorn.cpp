@@ -187,25 +187,6 @@ TEST_CASE("sinkhorn gradcheck: plain, padding mask, per-head mask, bias=false, g
   }
 }
 
-TEST_CASE("sinkhorn: a pruned layer equals the masked one") {
-  auto a = layer64("sinkhorn(heads=4, key_size=3, block=2, max_len=8, gate=hard_concrete)", 8);
-  auto& l = static_cast<nn::SinkhornAttention&>(*a);
-  Generator g(5);
-  {
-    NoGradGuard ng;
-    copy_(l.gate->log_alpha, randn({4}, g, kFloat64));
-    copy_(l.head_mask, from_vector<double>({1, 1, 0, 0}));
-  }
-  Tensor x = randn({2, 6, 8}, g, kFloat64);
-  Tensor pad = from_vector<bool>({true, true, false, true, true, true, true, true, true, true, false, false}, {2, 1, 1, 6});
-  Tensor masked = a->forward(x, {}, pad).output;
-  auto p = a->prune_heads({0, 1});
-  auto& pl = static_cast<nn::SinkhornAttention&>(*p);
-  CHECK(pl.config.heads == 2);
-  CHECK(pl.sort_net->weight.shape() == Dims{4, 8});
-  CHECK(allclose(p->forward(x, {}, pad).output, masked, 1e-10, 1e-12));
-}
-
 TEST_CASE("sinkhorn errors: causal, context, N not a multiple of block, N > max_len, non-key masks") {
   CHECK(error_of([] { nn::make_attention("sinkhorn(causal=true)", 8); }).find("sinkhorn: option causal=true") !=
         std::string::npos);

@@ -1,0 +1,26 @@
+// `attnlab check SPEC [--d-model D] [--length N]... [--skip CHECK]...`: the conformance suite
+// (experiments/check/conformance.hpp) on one attention spec, one line per check (docs/cli.md).
+// main.cpp adds it with one line.
+#pragma once
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+namespace attnlab::cli {
+
+struct CheckCommandOptions {
+  std::string spec;
+  int64_t d_model = 8;
+  std::vector<int64_t> lengths;    // empty: the suite picks two
+  std::vector<std::string> skip;  // check names to skip
+};
+// Exit status: 0 every check passed (or was skipped), 1 a check failed, 2 a spec that does not
+// parse, names no registered variant, or an unknown --skip name (the error on `err`).
+int run_check(const CheckCommandOptions& options, std::ostream& out, std::ostream& err);
+
+void add_check_command(CLI::App& app, int& status);
+
+}  // namespace attnlab::cli

@@ -1,0 +1,259 @@
+// The conformance suite (experiments/check/conformance.hpp) over every registered variant with
+// its default options at d_model 8, and over the option combinations that change the code path.
+// Each check's own logic is tested on layers that break it on purpose, at the end.
+#include <functional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "helpers.hpp"
+#include "experiments/check/conformance.hpp"
+#include "experiments/cli/check.hpp"
+#include "nn/attention/mha.hpp"
+#include "nn/attention/registry.hpp"
+
+using namespace attnlab;
+using namespace attnlab::testing;
+
+namespace {
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+bool skipped(const std::vector<check::CheckResult>& results, const std::string& name) {
+  for (const auto& r : results)
+    if (r.name == name) return r.skipped;
+  return false;
+}
+
+// Checks that do not apply by the variant's own spec (docs/attention.md).
+check::CheckOptions options_for(const std::string& name) {
+  check::CheckOptions o;
+  // lsh: every position is hashed and sorted into chunks, masked and future ones too, so they
+  // move which keys share a chunk with a query. sinkhorn: the sort matrix is made from block
+  // means of x over every position, masked ones included.
+  if (name == "lsh") o.skip = {"key_mask", "causal"};
+  if (name == "sinkhorn") o.skip = {"key_mask"};
+  // Their sizes that default from D/h need a wider model than 8 at 8 heads (rope_size = dk/2
+  // even; diff's dk = D/(2h)).
+  if (name == "mla" || name == "diff") o.d_model = 32;
+  // N = 32 (their default block, chunk or landmarks): fewer elements per gradcheck
+  if (name == "lsh" || name == "sinkhorn" || name == "nystrom") o.grad_elements = 8;
+  return o;
+}
+
+// Runs the suite and fails the test case for each failed check, naming it.
+std::vector<check::CheckResult> conforms(const std::string& spec, const check::CheckOptions& options) {
+  auto results = check::check_variant(spec, options);
+  CHECK(results.size() == check::check_names().size());
+  for (const auto& r : results) {
+    INFO(spec << " " << r.name << ": " << r.detail);
+    CHECK(r.passed);
+  }
+  return results;
+}
+
+// The registry's variants in groups, so that each test case stays short; any variant in no
+// group (one added to the registry later) runs in the last case, which then fails until the
+// variant joins a group.
+const std::vector<std::set<std::string>> kGroups = {
+    {"mha", "talking_heads", "collaborative", "synthesizer", "mla", "diff", "retention"},
+    {"local", "sparse_strided", "sparse_fixed", "dilated", "longformer", "bigbird", "routing", "linear", "fnet"},
+    {"lsh", "sinkhorn", "performer"},
+    {"linformer", "compressed", "nystrom", "mixer"},
+};
+
+// Runs the suite on every registered variant for which `pick(name)`, with its default options.
+void check_registered(const std::function<bool(const std::string&)>& pick) {
+  int64_t ran = 0;
+  for (const auto& v : nn::variants()) {
+    const std::string name = v.schema.name;
+    if (!pick(name)) continue;
+    CAPTURE(name);
+    auto results = conforms(name, options_for(name));
+    ++ran;
+    // what each built-in variant supports, so that a probe that wrongly skips shows up here
+    const std::set<std::string> no_mask = {"fnet", "mixer"};
+    const std::set<std::string> not_causal = {"bigbird", "sinkhorn", "linformer", "compressed", "nystrom", "fnet", "mixer"};
+    const std::set<std::string> no_pruning = {"fnet", "mixer"};
+    // (sparse_strided and sparse_fixed are causal by default, and causal takes no context)
+    const std::set<std::string> self_only = {"synthesizer", "lsh",  "routing",        "sinkhorn",    "fnet",
+                                             "mixer",       "retention", "sparse_strided", "sparse_fixed"};
+    CHECK(skipped(results, "cross") == (self_only.count(name) > 0));
+    CHECK(skipped(results, "masked_row") == (no_mask.count(name) > 0));
+    CHECK(skipped(results, "forward_step") == (not_causal.count(name) > 0 || name == "lsh"));
+    CHECK(skipped(results, "prune_heads") == (no_pruning.count(name) > 0));
+  }
+  CHECK(ran > 0);
+}
+
+}  // namespace
+
+TEST_CASE("conformance with default options: the multi-head mechanism and the attention of current models") {
+  check_registered([](const std::string& name) { return kGroups[0].count(name) > 0; });
+}
+
+TEST_CASE("conformance with default options: the positional patterns, routing, linear and fnet") {
+  check_registered([](const std::string& name) { return kGroups[1].count(name) > 0; });
+}
+
+TEST_CASE("conformance with default options: lsh, sinkhorn and performer") {
+  check_registered([](const std::string& name) { return kGroups[2].count(name) > 0; });
+}
+
+TEST_CASE("conformance with default options: linformer, compressed, nystrom and mixer") {
+  check_registered([](const std::string& name) { return kGroups[3].count(name) > 0; });
+}
+
+TEST_CASE("conformance with default options: every other registered variant") {
+  int64_t ran = 0;
+  for (const auto& v : nn::variants()) {
+    bool grouped = false;
+    for (const auto& g : kGroups) grouped = grouped || g.count(v.schema.name) > 0;
+    if (grouped || v.schema.name == "defective") continue;  // the test variant below
+    CAPTURE(v.schema.name);
+    conforms(v.schema.name, options_for(v.schema.name));
+    ++ran;
+  }
+  CHECK(ran == 0);  // every built-in variant is in a group above
+}
+
+TEST_CASE("conformance: mha's options of current models, one at a time and together") {
+  for (const std::string spec :
+       {"mha(heads=4, kv_heads=2)", "mha(heads=2, kv_heads=1, key_size=3, value_size=5)", "mha(heads=3, key_size=2, value_size=2, alibi=true)",
+        "mha(heads=2, qk_norm=true)", "mha(heads=2, softcap=0.5)", "mha(heads=2, sinks=true)", "mha(heads=2, rope=true)",
+        "mha(heads=2, score=sigmoid)", "mha(heads=2, score=softpick)", "mha(heads=2, key_bias=false, gate=hard_concrete)",
+        "mha(heads=4, kv_heads=2, alibi=true, qk_norm=true, softcap=2, sinks=true, rope=true, bias=false)",
+        "mha(heads=2, score=sigmoid, alibi=true, rope=true)", "mha(heads=2, score=softpick, qk_norm=true)",
+        "mha(heads=3, key_size=2, value_size=3, kv_heads=3, alibi=true, gate=hard_concrete)"}) {
+    CAPTURE(spec);
+    conforms(spec, options_for(nn::parse_spec(spec).name));
+  }
+}
+
+TEST_CASE("conformance: the option combinations of the other variants that change the code path") {
+  for (const std::string spec :
+       {"talking_heads(heads=2, logit_heads=3, value_heads=4, key_size=3, value_size=2)",
+        "talking_heads(heads=2, pre=false, post=false, gate=hard_concrete)", "collaborative(heads=2, mixing_init=concatenate)",
+        "synthesizer(heads=2, parts=dense+random+fixed_random+factorized_dense+factorized_random+vanilla, max_len=16, factor=2)",
+        "local(heads=4, window=2, gate=hard_concrete)", "local(heads=2, window=2, sink_tokens=2)",
+        "sparse_strided(heads=2, stride=3)", "sparse_strided(heads=2, stride=2, causal=false)",
+        "sparse_fixed(heads=4, block=3, summary=1, key_size=3)", "sparse_fixed(heads=2, block=2, summary=1, causal=false)",
+        "dilated(heads=2, window=1, dilation=2)", "longformer(heads=2, window=1, global=0+5, separate_global=true)",
+        "bigbird(heads=2, block=2, random=1, max_len=64)", "lsh(heads=4, buckets=4, hashes=2, chunk=3, gate=hard_concrete)",
+        "routing(heads=4, clusters=3, gate=hard_concrete)", "sinkhorn(heads=4, key_size=3, block=2, max_len=8, gate=hard_concrete)",
+        "linformer(heads=2, proj_len=3, max_len=16, share=kv)",
+        "linformer(heads=4, key_size=3, proj_len=3, max_len=6, gate=hard_concrete)",
+        "nystrom(heads=4, key_size=3, landmarks=2, conv=3, gate=hard_concrete)", "linear(heads=4, key_size=3, gate=hard_concrete)",
+        "performer(heads=2, features=6, ortho=false)", "performer(heads=4, features=7, key_size=3, gate=hard_concrete)",
+        "mla(heads=2, kv_rank=3, q_rank=4)", "mla(heads=3, kv_rank=4, key_size=2, rope_size=2, value_size=3, gate=hard_concrete)",
+        "diff(heads=2, key_size=2, value_size=3, layer=3)",
+        "retention(heads=2, decay=0.7, chunk=3)"}) {
+    CAPTURE(spec);
+    conforms(spec, options_for(nn::parse_spec(spec).name));
+  }
+}
+
+// ---- each check fails on a layer that breaks it ----
+
+namespace {
+
+// A user variant registered at run time: mha (its options, its key_bias fixed at true) with one
+// defect chosen by the option `defect` (none passes every check).
+class Defective : public nn::MultiHeadAttention {
+ public:
+  Defective(int64_t d_model, const nn::HeadConfig& c, std::string defect)
+      : MultiHeadAttention(d_model, c, true), defect(std::move(defect)) {}
+  nn::AttentionResult forward(const Tensor& x, const Tensor& context, const Tensor& mask, bool causal,
+                              bool need_weights) override {
+    if (defect == "ignores_mask") return MultiHeadAttention::forward(x, context, {}, causal, need_weights);
+    if (defect == "peeks_ahead") return MultiHeadAttention::forward(x, context, mask, false, need_weights);
+    auto r = MultiHeadAttention::forward(x, context, mask, causal, need_weights);
+    if (defect == "wrong_gradient") r.output = r.output + (x - x.detach()) * 0.5;  // same values, another gradient
+    return r;
+  }
+  std::shared_ptr<nn::Attention> prune_heads(const std::vector<int64_t>& keep) const override {
+    if (defect == "unnamed_error") fail<ValueError>("cannot prune");
+    return MultiHeadAttention::prune_heads(nn::check_keep(keep, config.heads, "defective"));
+  }
+  std::string spec() const override {
+    std::string s = MultiHeadAttention::spec();  // mha(heads=..., ...)
+    return "defective(defect=" + defect + ", " + s.substr(4);
+  }
+  std::string defect;
+};
+
+void register_defective() {
+  static const bool once = [] {
+    nn::VariantSchema s = nn::MultiHeadAttention::schema();
+    s.name = "defective";
+    s.options.push_back({"defect", nn::OptionType::Choice, "none", "the check this layer breaks",
+                         {"none", "ignores_mask", "peeks_ahead", "wrong_gradient", "unnamed_error"}});
+    nn::register_variant({s, [](const nn::Options& o, int64_t d) -> std::shared_ptr<nn::Attention> {
+                            return std::make_shared<Defective>(d, nn::read_head_config(o, d, o.get_int("heads")),
+                                                               o.get_choice("defect"));
+                          }});
+    return true;
+  }();
+  (void)once;
+}
+
+// The names of the checks that failed.
+std::set<std::string> failures(const std::string& spec) {
+  std::set<std::string> out;
+  for (const auto& r : check::check_variant(spec))
+    if (!r.passed) out.insert(r.name);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("conformance: a user-registered variant is checked, and each defect fails its checks") {
+  register_defective();
+  CHECK(failures("defective(heads=2)").empty());
+  // (prune_heads returns a plain mha, which the masked defective layer no longer equals)
+  CHECK(failures("defective(heads=2, defect=ignores_mask)") == std::set<std::string>{"key_mask", "masked_row", "cross", "prune_heads"});
+  CHECK(failures("defective(heads=2, defect=peeks_ahead)") == std::set<std::string>{"causal", "forward_step", "prune_heads"});
+  CHECK(failures("defective(heads=2, defect=wrong_gradient)") == std::set<std::string>{"cross", "gradcheck", "gradcheck_masked"});
+  CHECK(failures("defective(heads=2, defect=unnamed_error)") == std::set<std::string>{"prune_heads"});
+  // a layer that fails to build is one failed result
+  auto r = check::check_variant("mha(heads=3)");
+  REQUIRE(r.size() == 1);
+  CHECK(r[0].name == "build");
+  CHECK_FALSE(r[0].passed);
+  CHECK(contains(r[0].detail, "heads"));
+  CHECK_THROWS_AS(check::check_variant("no_such_variant"), ValueError);
+  // skipped checks pass and say why
+  check::CheckOptions o;
+  o.skip = {"gradcheck"};
+  for (const auto& c : check::check_variant("fnet", o)) {
+    CAPTURE(c.name);
+    CHECK(c.passed);
+    if (c.name == "gradcheck") CHECK(c.detail == "skipped by the caller");
+    if (c.name == "key_mask") CHECK((c.skipped && contains(c.detail, "fnet")));
+  }
+}
+
+TEST_CASE("attnlab check prints one line per check; exit 0 all pass, 1 a failure, 2 a bad spec") {
+  auto run = [](cli::CheckCommandOptions o, std::string* text = nullptr) {
+    std::ostringstream out, err;
+    const int status = cli::run_check(o, out, err);
+    if (text) *text = out.str() + err.str();
+    return status;
+  };
+  std::string text;
+  CHECK(run({"mha(heads=2)", 8, {}, {}}, &text) == 0);
+  for (const std::string& name : check::check_names()) CHECK(contains(text, "PASS  " + name + " "));
+  CHECK(contains(text, "mha(heads=2): 13 checks passed, 0 failed, 0 skipped"));
+  register_defective();
+  CHECK(run({"defective(heads=2, defect=peeks_ahead)", 8, {4, 6}, {}}, &text) == 1);
+  CHECK(contains(text, "FAIL  causal "));
+  CHECK(run({"local(heads=2, window=1)", 8, {}, {"gradcheck", "gradcheck_masked"}}, &text) == 0);
+  CHECK(contains(text, "SKIP  gradcheck         skipped by the caller"));
+  CHECK(run({"mha(heads=2", 8, {}, {}}, &text) == 2);
+  CHECK(contains(text, "attnlab check: attention spec \"mha(heads=2\": missing ')'"));
+  CHECK(run({"no_such_variant", 8, {}, {}}, &text) == 2);
+  CHECK(contains(text, "unknown variant no_such_variant"));
+  CHECK(run({"mha", 8, {}, {"no_such_check"}}, &text) == 2);
+  CHECK(contains(text, "--skip no_such_check: not a check"));
+}
