@@ -48,24 +48,31 @@ std::string grouped(int64_t v) {
   return s;
 }
 
+// "q_proj.weight" -> "q_proj"; a parameter of the layer itself ("rel_bias") -> "".
+std::string owning_module(const std::string& parameter) {
+  const size_t dot = parameter.rfind('.');
+  return dot == std::string::npos ? "" : parameter.substr(0, dot);
+}
+
 std::string ratio(int64_t a, int64_t b) { return b > 0 ? fmt::format("{:.3f}", double(a) / double(b)) : "-"; }
 
 void print_report(const ExplainReport& r, std::ostream& out) {
   out << fmt::format("{}  d_model={} seq={} batch={}  (forward, float32, eval mode)\n", r.spec, r.d_model, r.seq,
                      r.batch);
   if (!r.time_cost.empty()) out << "declared cost: time " << r.time_cost << "; memory " << r.memory_cost << "\n";
-  size_t wop = 2, win = 6, wout = 6;
+  size_t wmod = 6, wop = 2, win = 6, wout = 6;
   for (const auto& s : r.steps) {
+    wmod = std::max(wmod, s.module.size());
     wop = std::max(wop, s.op.name.size());
     win = std::max(win, inputs_str(s.op.inputs).size());
     wout = std::max(wout, shape_str(s.op.output).size());
   }
-  out << fmt::format("{:>3}  {:<{}}  {:<{}}  {:<{}}  {:>15}  {:>13}\n", "#", "op", wop, "inputs", win, "output", wout,
-                     "FLOPs", "new bytes");
+  out << fmt::format("{:>3}  {:<{}}  {:<{}}  {:<{}}  {:<{}}  {:>15}  {:>13}\n", "#", "module", wmod, "op", wop, "inputs",
+                     win, "output", wout, "FLOPs", "new bytes");
   for (size_t i = 0; i < r.steps.size(); ++i) {
     const auto& s = r.steps[i];
-    out << fmt::format("{:>3}  {:<{}}  {:<{}}  {:<{}}  {:>15}  {:>13}\n", i + 1, s.op.name, wop, inputs_str(s.op.inputs),
-                       win, shape_str(s.op.output), wout, s.flops_known ? grouped(s.flops) : "?",
+    out << fmt::format("{:>3}  {:<{}}  {:<{}}  {:<{}}  {:<{}}  {:>15}  {:>13}\n", i + 1, s.module, wmod, s.op.name, wop,
+                       inputs_str(s.op.inputs), win, shape_str(s.op.output), wout, s.flops_known ? grouped(s.flops) : "?",
                        s.op.new_storage ? grouped(s.op.bytes()) : "view");
   }
   out << fmt::format("total: {} FLOPs{}; {} bytes in new buffers; peak {} bytes held during the forward; "
@@ -154,14 +161,14 @@ ExplainReport explain_attention(const std::string& spec, int64_t d_model, int64_
   {
     OpTrace trace;
     trace.mark_existing(x);
-    for (const auto& [n, p] : attn->named_parameters()) trace.mark_existing(p);
+    for (const auto& [n, p] : attn->named_parameters()) trace.label_parameter(p, owning_module(n));
     for (const auto& [n, b] : attn->named_buffers()) trace.mark_existing(b);
     {
       OpTraceGuard guard(trace);
       attn->forward(x);
     }
     for (const TracedOp& op : trace.ops()) {
-      ExplainStep s{op};
+      ExplainStep s{op, op.module.empty() ? "attention" : "attention." + op.module};
       s.flops = op_flops(op, &s.flops_known);
       if (s.flops_known)
         r.flops += s.flops;
