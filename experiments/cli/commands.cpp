@@ -70,6 +70,14 @@ int exit_status(const CLI::App& app, const std::string& command, const std::vect
   } catch (const CLI::CallForAllHelp&) {
     out << app.help("", CLI::AppFormatMode::All);
     return 0;
+  } catch (const CLI::RequiredError& e) {
+    // CLI11 reports a missing required argument before unexpected ones, but an unexpected
+    // option is often the required one misspelt: name both.
+    const auto selected = app.get_subcommands();
+    std::string extras;
+    for (const auto& arg : (selected.empty() ? &app : selected.front())->remaining()) extras += " " + arg;
+    err << prefix << e.what() << (extras.empty() ? "" : "; not expected:" + extras) << " (try " << hint << ")\n";
+    return 2;
   } catch (const CLI::ParseError& e) {
     err << prefix << e.what() << " (try " << hint << ")\n";
     return 2;
