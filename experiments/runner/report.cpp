@@ -318,14 +318,8 @@ fs::path write_report(const fs::path& dir, std::ostream& out) {
   std::set<std::string> names;
   for (const Run& r : runs)
     for (const auto& [n, v] : r.metrics) names.insert(n);
-  const std::set<std::string> costs = {"peak_rss_mb", "seconds", "steps_per_s"};
-  std::string headline = spec.report.metric;
-  if (headline.empty())
-    for (const auto& n : names)
-      if (!costs.count(n)) {
-        headline = n;
-        break;
-      }
+  const std::set<std::string>& costs = cost_metrics();
+  const std::string headline = headline_metric(spec.report, names);
   if (!runs.empty() && !names.count(headline))
     fail<ValueError>("{}: report.metric '{}' is not a metric of any run (metrics: {})", sweep_copy.string(), headline,
                      fmt::join(names, ", "));
