@@ -101,6 +101,27 @@ TEST_CASE("every command: --help prints its Usage line and exits 0; an unknown o
   fs::remove_all(dir);
 }
 
+TEST_CASE("docs/cli.md's command table has a row for every command, naming every option of its --help") {
+  std::ifstream f(ATTNLAB_SOURCE_DIR "/docs/cli.md");
+  std::map<std::string, std::string> rows;  // command -> its table row
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("| `", 0) == 0) rows[line.substr(3, line.find('`', 3) - 3)] = line;
+  for (const std::string& c : listed_commands()) {
+    CAPTURE(c);
+    REQUIRE(rows.count(c));
+    // Option lines of CLI11's help start with two spaces and the option ("  --seq INT ...").
+    std::istringstream help(tool(c + " --help").out);
+    for (std::string line; std::getline(help, line);) {
+      if (line.rfind("  -", 0) != 0) continue;
+      std::string option = line.substr(2, line.find(' ', 2) - 2);
+      option = option.substr(option.find("--"));  // "-h,--help" -> "--help"
+      if (option == "--help") continue;
+      CAPTURE(option);
+      CHECK(contains(rows.at(c), "`" + option + "`"));
+    }
+  }
+}
+
 TEST_CASE("the in-process commands: help, ranges, conversions and exclusive options exit as the tool does") {
   auto run = [](const cli::Command& c, const std::vector<std::string>& args) {
     std::ostringstream out, err;
