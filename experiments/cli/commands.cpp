@@ -31,7 +31,7 @@ int run_command(const Command& command, const std::vector<std::string>& args, st
     cmd.parse(reversed);
     return body(out, err);
   } catch (...) {
-    return exit_status(cmd, command.name, args, out, err);
+    return exit_status(&cmd, command.name, args, out, err);
   }
 }
 
@@ -56,7 +56,7 @@ std::string selected_command(const CLI::App& app) {
   return selected.empty() ? "" : selected.front()->get_name();
 }
 
-int exit_status(const CLI::App& app, const std::string& command, const std::vector<std::string>& args,
+int exit_status(const CLI::App* app, const std::string& command, const std::vector<std::string>& args,
                 std::ostream& out, std::ostream& err) {
   const std::string prefix = command.empty() ? "attnlab: " : "attnlab " + command + ": ";
   const std::string hint = command.empty() ? "attnlab --help" : "attnlab " + command + " --help";
@@ -65,17 +65,19 @@ int exit_status(const CLI::App& app, const std::string& command, const std::vect
   try {
     throw;
   } catch (const CLI::CallForHelp&) {
-    out << app.help();  // the selected subcommand's help when there is one
+    if (app) out << app->help();  // the selected subcommand's help when there is one
     return 0;
   } catch (const CLI::CallForAllHelp&) {
-    out << app.help("", CLI::AppFormatMode::All);
+    if (app) out << app->help("", CLI::AppFormatMode::All);
     return 0;
   } catch (const CLI::RequiredError& e) {
     // CLI11 reports a missing required argument before unexpected ones, but an unexpected
     // option is often the required one misspelt: name both.
-    const auto selected = app.get_subcommands();
     std::string extras;
-    for (const auto& arg : (selected.empty() ? &app : selected.front())->remaining()) extras += " " + arg;
+    if (app) {
+      const auto selected = app->get_subcommands();
+      for (const auto& arg : (selected.empty() ? app : selected.front())->remaining()) extras += " " + arg;
+    }
     err << prefix << e.what() << (extras.empty() ? "" : "; not expected:" + extras) << " (try " << hint << ")\n";
     return 2;
   } catch (const CLI::ParseError& e) {

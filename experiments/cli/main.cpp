@@ -39,7 +39,7 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
     return status;
   } catch (...) {
-    return cli::exit_status(app, cli::selected_command(app), std::vector<std::string>(argv + std::min(argc, 2), argv + argc),
+    return cli::exit_status(&app, cli::selected_command(app), std::vector<std::string>(argv + std::min(argc, 2), argv + argc),
                             std::cout, std::cerr);
   }
 }

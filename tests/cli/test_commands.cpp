@@ -172,7 +172,7 @@ TEST_CASE("exit_status: out of memory and std::stoi failures are explained, neve
     try {
       thrower();
     } catch (...) {
-      status = cli::exit_status(app, "explain", {"mha", "--seq", "9"}, out, err);
+      status = cli::exit_status(&app, "explain", {"mha", "--seq", "9"}, out, err);
     }
     message = err.str();
     return status;
