@@ -1,6 +1,6 @@
 // `attnlab explain SPEC --d-model D --seq N [--batch B]`: a variant's forward computation step
-// by step, with each tensor's shape, FLOPs and bytes, totals, and the same totals for dense mha
-// at the same sizes. Nothing here knows a particular variant: the steps come from the op trace
+// by step, each op labelled by its module, with each tensor's shape, FLOPs and bytes, totals,
+// and the same totals for the baseline, the fused mha of the same size. Nothing here knows a particular variant: the steps come from the op trace
 // of a real forward pass (explain.hpp has the FLOP convention).
 #include "experiments/cli/explain.hpp"
 

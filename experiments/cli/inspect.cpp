@@ -36,14 +36,15 @@ struct InspectConfig {
   uint64_t seed = 0;
 };
 
-// Declares inspect's options on `cmd`, bound to `a`; check_config does the checks that span
-// several options once they are parsed.
+// inspect's options as CLI11 parses them; check_config turns them into an InspectConfig.
 struct InspectArgs {
   InspectConfig config;
   std::string weights, input, out, save_weights, plot, tokens, dtype = "float32", mode = "eval";
   CLI::Option* tokens_option = nullptr;  // given, even as an empty string
 };
 
+// Declares inspect's options on `cmd`, bound to `a`; check_config does the checks that span
+// several options once they are parsed.
 void declare_options(CLI::App& cmd, InspectArgs& a) {
   InspectConfig& c = a.config;
   cmd.add_option("--spec", c.spec, "the attention layer, e.g. 'mha(heads=4)' (quote it for the shell)")->required();
