@@ -90,12 +90,15 @@ int exit_status(const CLI::App* app, const std::string& command, const std::vect
     err << prefix << "out of memory running `" << invocation
         << "`: the sizes asked for need more memory than is available\n";
     return 1;
-  } catch (const std::invalid_argument& e) {
-    err << prefix << "a value that should be a number is not one (" << e.what() << ") while running `"
-        << invocation << "`\n";
-    return 1;
-  } catch (const std::out_of_range& e) {
-    err << prefix << "a number is out of range (" << e.what() << ") while running `" << invocation << "`\n";
+  } catch (const std::logic_error& e) {
+    // std::stoi and its kin throw invalid_argument / out_of_range with their own name as the
+    // message ("stoll"); anything else of the kind is a bug, reported with the command line.
+    const std::string what = e.what();
+    std::string message = "internal error (" + what + ")";
+    if (what.rfind("sto", 0) == 0)
+      message = dynamic_cast<const std::out_of_range*>(&e) ? "a number is too large for its type (std::" + what + ")"
+                                                           : "a value that should be a number is not one (std::" + what + ")";
+    err << prefix << message << " while running `" << invocation << "`\n";
     return 1;
   } catch (const std::exception& e) {
     err << prefix << e.what() << "\n";

@@ -60,7 +60,7 @@ int run_demo(const std::vector<std::string>& args, std::ostream& out, std::ostre
 // `app`'s help (that of the selected subcommand) on `out`: 0. CLI11 parse errors and UsageError:
 // 2, with a hint to --help. attnlab errors and other exceptions: 1. std::bad_alloc and the
 // std::invalid_argument / std::out_of_range of std::sto* never appear raw: the message says what
-// was being done and names the arguments. `app` may be null for a body run after parsing.
+// went wrong and repeats the command line being run. `app` may be null for a body run after parsing.
 int exit_status(const CLI::App* app, const std::string& command, const std::vector<std::string>& args,
                 std::ostream& out, std::ostream& err);
 

@@ -185,7 +185,10 @@ TEST_CASE("exit_status: out of memory and std::stoi failures are explained, neve
   CHECK(contains(m, "should be a number"));
   CHECK(contains(m, "`attnlab explain mha --seq 9`"));
   CHECK(status_of([] { (void)std::stoi("99999999999999999999"); }, m) == 1);
-  CHECK(contains(m, "out of range"));
+  CHECK(contains(m, "a number is too large for its type (std::stoi)"));
+  CHECK(status_of([] { (void)std::vector<int>().at(1); }, m) == 1);
+  CHECK(contains(m, "internal error ("));
+  CHECK_FALSE(contains(m, "number"));
   CHECK(status_of([] { fail<cli::UsageError>("--x: bad"); }, m) == 2);
   CHECK(m == "attnlab explain: --x: bad (try attnlab explain --help)\n");
   CHECK(status_of([] { fail<ValueError>("no such variant"); }, m) == 1);
