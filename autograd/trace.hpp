@@ -4,6 +4,11 @@
 // TracedOp: its name, its inputs' shapes, its output's shape and dtype, and whether the output
 // lives in storage no earlier op or marked tensor owns (a new buffer rather than a view).
 //
+// Each op is also labelled with the module it belongs to, by data flow: label_parameter names
+// the module owning a parameter, and an op reading that parameter, or a tensor computed from
+// that module's parameters alone (the transposed weight of a Linear), carries the module's name.
+// Ops reading no labelled parameter have an empty label (the caller's root module).
+//
 // Hooked in set_history (variable.cpp): with no trace active the cost is one thread-local
 // pointer test per recorded op. Ops run without history (grad mode off, or no input requiring
 // a gradient: masks, constants) are not traced, so a caller who wants a layer's whole data
@@ -11,6 +16,7 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -27,6 +33,7 @@ struct TracedOp {
   DType dtype = kFloat32;
   bool new_storage = false;   // false: a view of an earlier tensor (reshape, permute, slice, ...)
   int64_t flops = -1;         // set by a fused kernel that knows its own count; -1 = not given
+  std::string module;         // the module of a labelled parameter it reads (label_parameter), or ""
   int64_t bytes() const { return new_storage ? numel_of(output) * int64_t(itemsize(dtype)) : 0; }
 };
 
@@ -35,7 +42,10 @@ class OpTrace {
   // Tensors that exist before the traced code runs (inputs, parameters, buffers): ops that
   // return views of them are not counted as new buffers.
   void mark_existing(const Tensor& t);
-  void append(const Tensor& result, const Node& node);
+  // Marks parameter `p` existing and names its module ("q_proj" for "q_proj.weight"); a
+  // parameter that requires no gradient records no history and so labels nothing.
+  void label_parameter(const Tensor& p, const std::string& module);
+  void append(const Tensor& result, const std::shared_ptr<Node>& node);
   // A fused op (tile_attention) states the FLOPs of the op it just recorded.
   void annotate_flops(int64_t flops) {
     if (!ops_.empty()) ops_.back().flops = flops;
@@ -48,6 +58,10 @@ class OpTrace {
   // new one during the trace (which would make a new buffer look like a view).
   std::unordered_set<const Storage*> seen_;
   std::vector<std::shared_ptr<Storage>> held_;
+  // Gradient nodes of labelled parameters and of tensors computed from one module's parameters
+  // alone, with that module; held alive so that their addresses stay unique.
+  std::unordered_map<const Node*, std::string> module_of_;
+  std::vector<std::shared_ptr<Node>> held_nodes_;
 };
 
 // Traces the ops this thread records while alive; guards nest (the innermost trace wins).

@@ -29,7 +29,7 @@ Edge gradient_edge(const Tensor& t) {
 }
 
 void set_history(const Tensor& result, std::shared_ptr<Node> node) {
-  if (OpTrace* trace = active_op_trace()) trace->append(result, *node);  // attnlab explain
+  if (OpTrace* trace = active_op_trace()) trace->append(result, node);  // attnlab explain
   AutogradMeta& m = autograd_meta(result);
   m.requires_grad = true;
   m.grad_fn = std::move(node);

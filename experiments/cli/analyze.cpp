@@ -15,6 +15,7 @@
 #include "experiments/analysis/heads.hpp"
 #include "experiments/analysis/statistics.hpp"
 #include "experiments/cli/analyze_parts.hpp"
+#include "experiments/cli/commands.hpp"
 #include "experiments/cli/heads_commands.hpp"
 #include "experiments/data/listops.hpp"
 #include "experiments/plot/png.hpp"
@@ -260,9 +261,8 @@ int analyze(const AnalyzeOptions& o, std::ostream& out) {
 int run_analyze(const AnalyzeOptions& o, std::ostream& out, std::ostream& err) {
   try {
     return analyze(o, out);
-  } catch (const std::exception& e) {
-    err << "attnlab analyze: " << e.what() << "\n";
-    return 1;
+  } catch (...) {
+    return exit_status(nullptr, "analyze", {o.run_dir.string()}, out, err);
   }
 }
 

@@ -1,103 +1,79 @@
-// The attnlab CLI's attention commands as plain functions, so that tests call them directly with
-// argument vectors and string streams; main.cpp only dispatches (docs/cli.md).
+// The attnlab CLI's attention and demo commands (docs/cli.md), each declared with CLI11 by a
+// CommandDefinition, so that main.cpp adds them as subcommands and tests run them directly with
+// argument vectors and string streams:
 //   attnlab variants [NAME] [--params SPEC --d-model D]
 //   attnlab inspect --spec SPEC --d-model D (--weights W | --init) --input X --out OUT ...
 //   attnlab generate --checkpoint FILE [--prompt TEXT] [--tokens N] [--temperature T] ...
 //   attnlab explain SPEC --d-model D --seq N [--batch B]
 //   attnlab demo [--out DIR] [--steps N] [--workers N] | --mlp   (the attention shoot-out)
-// Each returns the process exit status: 0 success, 1 a failure while running (bad spec, file,
-// tensor name, shape or dtype), 2 a usage error (unknown or missing option, unparsable value).
-// Messages go to `err`, one line starting with "attnlab <command>:".
+// Every command's exit status comes from one place, exit_status below: 0 success, 1 a failure
+// while running (bad spec, file, tensor name, shape or dtype), 2 a usage error (unknown or
+// missing option, unparsable or out-of-range value). Messages go to `err`, one line starting
+// with "attnlab <command>:".
 #pragma once
-#include <charconv>
 #include <cstdint>
-#include <map>
-#include <optional>
+#include <functional>
 #include <ostream>
-#include <set>
 #include <string>
 #include <vector>
+
+#include <CLI/CLI.hpp>
 
 #include "tensor/error.hpp"
 
 namespace attnlab::cli {
 
+// A mistake in the command line itself (exit status 2), as opposed to a failure while running:
+// for the checks CLI11 cannot express (options that exclude each other, a range that depends on
+// a file's contents).
+struct UsageError : ValueError {
+  using ValueError::ValueError;
+};
+
+// A command's body, run once its arguments are parsed; returns the exit status.
+using CommandBody = std::function<int(std::ostream& out, std::ostream& err)>;
+
+struct Command {
+  const char* name;
+  const char* summary;  // the line of `attnlab --help`
+  // Declares the command's positionals and options on `cmd` and returns the body that reads them.
+  CommandBody (*define)(CLI::App& cmd);
+};
+
+extern const Command kVariantsCommand, kInspectCommand, kGenerateCommand, kExplainCommand, kDemoCommand;
+// The commands above, in the order of `attnlab --help`.
+const std::vector<const Command*>& attention_commands();
+
+// Adds `command` to `app` as a subcommand whose callback stores the body's exit status in
+// `status`; errors propagate out of app.parse, to exit_status.
+void add_command(CLI::App& app, const Command& command, int& status);
+// Parses `args` (without the command's name) and runs the body: what `attnlab NAME args...` does.
+int run_command(const Command& command, const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 int run_variants(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 int run_inspect(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 int run_generate(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 int run_explain(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 int run_demo(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
-void variants_usage(std::ostream& out);
-void inspect_usage(std::ostream& out);
-void generate_usage(std::ostream& out);
-void explain_usage(std::ostream& out);
-void demo_usage(std::ostream& out);
 
-// ---- shared by the commands ----
+// The shared exit-code block: called inside a catch handler, it prints the exception in flight
+// for `command` (run with `args`) and returns the exit status. --help (CLI::CallForHelp) prints
+// `app`'s help (that of the selected subcommand) on `out`: 0. CLI11 parse errors and UsageError:
+// 2, with a hint to --help. attnlab errors and other exceptions: 1. std::bad_alloc and the
+// std::invalid_argument / std::out_of_range of std::sto* never appear raw: the message says what
+// went wrong and repeats the command line being run. `app` may be null for a body run after parsing.
+int exit_status(const CLI::App* app, const std::string& command, const std::vector<std::string>& args,
+                std::ostream& out, std::ostream& err);
 
-// A mistake in the command line itself (exit status 2), as opposed to a failure while running.
-struct UsageError : ValueError {
-  using ValueError::ValueError;
-};
+// The name of the subcommand `app` selected while parsing ("" when none was).
+std::string selected_command(const CLI::App& app);
 
-// "--name value", "--name=value", bare "--flag"s and positional words, checked against the
-// options a command knows, so that a typo is an error instead of being ignored.
-class ArgList {
- public:
-  ArgList(const std::vector<std::string>& args, const std::set<std::string>& valued, const std::set<std::string>& flags) {
-    for (size_t i = 0; i < args.size(); ++i) {
-      const std::string& a = args[i];
-      if (a.rfind("--", 0) != 0 || a == "--") {
-        positional_.push_back(a);
-        continue;
-      }
-      const size_t eq = a.find('=');
-      const std::string name = a.substr(0, eq);
-      if (flags.count(name)) {
-        if (eq != std::string::npos) fail<UsageError>("option {} takes no value, got '{}'", name, a);
-        flags_.insert(name);
-      } else if (valued.count(name)) {
-        if (values_.count(name)) fail<UsageError>("option {} is given twice", name);
-        if (eq != std::string::npos) {
-          values_[name] = a.substr(eq + 1);
-        } else {
-          if (i + 1 == args.size()) fail<UsageError>("option {} needs a value", name);
-          values_[name] = args[++i];
-        }
-      } else {
-        std::string known;
-        for (const auto* set : {&valued, &flags})
-          for (const auto& k : *set) known += (known.empty() ? "" : ", ") + k;
-        fail<UsageError>("unknown option '{}' (known: {})", name, known);
-      }
-    }
-  }
-  std::optional<std::string> get(const std::string& name) const {
-    auto it = values_.find(name);
-    return it == values_.end() ? std::nullopt : std::optional<std::string>(it->second);
-  }
-  std::string require(const std::string& name) const {
-    auto v = get(name);
-    if (!v) fail<UsageError>("missing {}", name);
-    return *v;
-  }
-  bool flag(const std::string& name) const { return flags_.count(name) > 0; }
-  const std::vector<std::string>& positional() const { return positional_; }
+// ---- option checks shared by the commands ----
 
- private:
-  std::map<std::string, std::string> values_;
-  std::set<std::string> flags_;
-  std::vector<std::string> positional_;
-};
-
-// The whole of `text` as an integer in [lo, hi]; UsageError naming the option otherwise.
-inline int64_t parse_int_option(const std::string& option, const std::string& text, int64_t lo, int64_t hi) {
-  int64_t v = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (ec != std::errc() || end != text.data() + text.size() || text.empty())
-    fail<UsageError>("{} must be an integer, got '{}'", option, text);
-  if (v < lo || v > hi) fail<UsageError>("{} must be in [{}, {}], got {}", option, lo, hi, v);
-  return v;
-}
+// An integer in [lo, hi]; CLI11 names the option in the message ("--seq: must be in [1, 1048576],
+// got 0").
+CLI::Validator int_range(int64_t lo, int64_t hi);
+// UsageError "{option}: must be in [lo, hi], got v" unless lo <= v <= hi (ranges known only after
+// parsing).
+void check_range(const std::string& option, int64_t v, int64_t lo, int64_t hi);
 
 }  // namespace attnlab::cli

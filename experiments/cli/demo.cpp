@@ -177,76 +177,75 @@ int mlp_demo(std::ostream& out) {
   return last < first / 10 ? 0 : 1;
 }
 
+struct DemoArgs {
+  std::string out = "demo";
+  int64_t steps = kDefaultSteps;
+  int workers = 0;  // 0: the sweep file's
+  bool mlp = false;
+};
+
+int shoot_out(const DemoArgs& a, std::ostream& out) {
+  const int64_t steps = a.steps;
+  const fs::path dir = a.out;
+  // The embedded sweep is written beside its runs, so that `attnlab sweep DIR/demo.toml --out
+  // DIR` and `attnlab report DIR` work on it as on any sweep.
+  // A directory holding the demo with another --steps would have its runs renumbered or mixed.
+  const std::string text = demo_sweep_text(steps);
+  if (fs::exists(dir / "sweep.toml")) {
+    std::ifstream f(dir / "sweep.toml", std::ios::binary);
+    const std::string held((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    if (held != text)
+      fail<UsageError>("{} holds a demo (or sweep) with other settings than --steps {}: use another --out, or "
+                       "delete the directory", dir.string(), steps);
+  }
+  fs::create_directories(dir);
+  const fs::path file = dir / "demo.toml";
+  write_text_atomic(file.string(), text);
+  runner::SweepOptions options;
+  options.sweep_file = file.string();
+  options.dir = dir;
+  options.workers = a.workers;
+  out << fmt::format("attnlab demo: six attention variants on associative recall, three seeds, {} steps each, into "
+                     "{}\n", steps, dir.string());
+  const int status = runner::run_sweep(options, out);
+  if (status == 3) {
+    out << "stopped: run the same command again to continue\n";
+    return 3;
+  }
+  const fs::path report = runner::write_report(dir, out);
+  print_table(dir, out);
+  out << fmt::format("\nreport: {} (plots in {}, the accuracy/speed/memory bubble chart is {})\n", report.string(),
+                     (dir / "plots").string(), (dir / "plots" / "bubble.svg").string());
+  return status;
+}
+
+CommandBody define_demo(CLI::App& cmd) {
+  auto a = std::make_shared<DemoArgs>();
+  auto* out = cmd.add_option("--out", a->out, "the sweep directory (default: demo); re-running skips complete runs "
+                                              "and resumes interrupted ones");
+  auto* steps = cmd.add_option("--steps", a->steps, "training steps per variant (default 5000); another N needs "
+                                                    "another --out")
+                    ->check(int_range(1, 10'000'000));
+  auto* workers = cmd.add_option("--workers", a->workers, "runs at a time (default 2)")->check(int_range(1, 1024));
+  cmd.add_flag("--mlp", a->mlp, "instead: fit a two-layer MLP by gradient descent and print the loss falling")
+      ->excludes(out)
+      ->excludes(steps)
+      ->excludes(workers);
+  cmd.footer(
+      "The attention shoot-out: six attention variants (mha, talking_heads, local, linear, performer,\n"
+      "synthesizer) trained by the `classify` experiment on associative recall over three seeds, two\n"
+      "runs at a time (about five minutes on two idle cores). Prints per variant the mean val_acc with\n"
+      "its 95% interval and the seeds' range, steps/s and peak memory, and writes DIR/report.md with\n"
+      "plots (bubble chart: plots/bubble.svg). Exit status 3: stopped by a signal; run it again.");
+  return [a](std::ostream& out, std::ostream&) { return a->mlp ? mlp_demo(out) : shoot_out(*a, out); };
+}
+
 }  // namespace
 
-void demo_usage(std::ostream& out) {
-  out << "usage: attnlab demo [--out DIR] [--steps N] [--workers N]\n"
-         "       attnlab demo --mlp\n\n"
-         "The attention shoot-out: six attention variants (mha, talking_heads, local, linear, performer,\n"
-         "synthesizer) trained by the `classify` experiment on associative recall over three seeds, two\n"
-         "runs at a time (about five minutes on two idle cores). Prints per variant the mean val_acc with\n"
-         "its 95% interval and the seeds' range, steps/s and peak memory, and writes DIR/report.md with\n"
-         "plots (bubble chart: plots/bubble.svg).\n\n"
-         "  --out DIR     the sweep directory (default: demo); re-running skips complete runs and\n"
-         "                resumes interrupted ones\n"
-         "  --steps N     training steps per variant (default 5000); another N needs another --out\n"
-         "  --workers N   runs at a time (default 2)\n"
-         "  --mlp         instead: fit a two-layer MLP by gradient descent and print the loss falling\n";
-}
-
-int run_demo(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  try {
-    const ArgList a(args, {"--out", "--steps", "--workers"}, {"--mlp", "--help"});
-    if (a.flag("--help")) {
-      demo_usage(out);
-      return 0;
-    }
-    if (!a.positional().empty()) fail<UsageError>("unexpected argument '{}'", a.positional().front());
-    if (a.flag("--mlp")) {
-      if (a.get("--out") || a.get("--steps") || a.get("--workers"))
-        fail<UsageError>("--mlp takes no other option");
-      return mlp_demo(out);
-    }
-    const int64_t steps = a.get("--steps") ? parse_int_option("--steps", *a.get("--steps"), 1, 10'000'000) : kDefaultSteps;
-    const fs::path dir = a.get("--out").value_or("demo");
-
-    // The embedded sweep is written beside its runs, so that `attnlab sweep DIR/demo.toml --out
-    // DIR` and `attnlab report DIR` work on it as on any sweep.
-    // A directory holding the demo with another --steps would have its runs renumbered or mixed.
-    const std::string text = demo_sweep_text(steps);
-    if (fs::exists(dir / "sweep.toml")) {
-      std::ifstream f(dir / "sweep.toml", std::ios::binary);
-      const std::string held((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-      if (held != text)
-        fail<UsageError>("{} holds a demo (or sweep) with other settings than --steps {}: use another --out, or "
-                         "delete the directory", dir.string(), steps);
-    }
-    fs::create_directories(dir);
-    const fs::path file = dir / "demo.toml";
-    write_text_atomic(file.string(), text);
-    runner::SweepOptions options;
-    options.sweep_file = file.string();
-    options.dir = dir;
-    if (a.get("--workers")) options.workers = int(parse_int_option("--workers", *a.get("--workers"), 1, 1024));
-    out << fmt::format("attnlab demo: six attention variants on associative recall, three seeds, {} steps each, into "
-                       "{}\n", steps, dir.string());
-    const int status = runner::run_sweep(options, out);
-    if (status == 3) {
-      out << "stopped: run the same command again to continue\n";
-      return 3;
-    }
-    const fs::path report = runner::write_report(dir, out);
-    print_table(dir, out);
-    out << fmt::format("\nreport: {} (plots in {}, the accuracy/speed/memory bubble chart is {})\n", report.string(),
-                       (dir / "plots").string(), (dir / "plots" / "bubble.svg").string());
-    return status;
-  } catch (const UsageError& e) {
-    err << "attnlab demo: " << e.what() << " (attnlab demo --help)\n";
-    return 2;
-  } catch (const Error& e) {
-    err << "attnlab demo: " << e.what() << "\n";
-    return 1;
-  }
-}
+const Command kDemoCommand = {
+    "demo",
+    "the attention shoot-out: six variants trained on associative recall over three seeds, a results table and a "
+    "report with a bubble chart; --mlp fits a two-layer MLP instead",
+    define_demo};
 
 }  // namespace attnlab::cli

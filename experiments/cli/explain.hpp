@@ -2,7 +2,10 @@
 // attention layer run forward once on a small real float32 input with the op trace
 // (autograd/trace.hpp) on, each traced op turned into a step with its FLOPs and the bytes of
 // the buffer it creates, plus the peak bytes the forward held (allocator) and the same figures
-// for dense `mha` with the same heads and sizes.
+// for dense `mha` with the same heads and sizes. Each step names the module it ran in, as a
+// path from the layer, "attention": the module whose parameters the op reads
+// ("attention.q_proj" for a projection's matmul and bias add, OpTrace::label_parameter), or
+// "attention" itself for ops on activations alone (head splits, the attention core, softmax).
 //
 // FLOP convention (docs/cli.md): a multiply-add is 2 FLOPs, so matmul (.., m, k) x (.., k, n)
 // costs 2 m n k per batch entry; elementwise ops cost one FLOP per output element; reductions
@@ -23,6 +26,7 @@ namespace attnlab::cli {
 
 struct ExplainStep {
   TracedOp op;
+  std::string module;  // "attention", "attention.q_proj", ...
   int64_t flops = 0;
   bool flops_known = true;
 };

@@ -4,6 +4,8 @@
 // "tokenizer.unk": whether id 0 is <unk>), so the prompt and the output are text; without a
 // tokenizer, --prompt-ids and the output are token ids.
 #include <chrono>
+#include <optional>
+
 #include <fmt/format.h>
 
 #include "experiments/cli/commands.hpp"
@@ -11,21 +13,6 @@
 #include "nn/lm_checkpoint.hpp"
 
 namespace attnlab::cli {
-
-void generate_usage(std::ostream& out) {
-  out << "usage: attnlab generate --checkpoint FILE [--prompt TEXT | --prompt-ids 1,2,3] [--tokens N]\n"
-         "                        [--temperature T] [--top-k K] [--seed S] [--no-cache]\n"
-         "\n"
-         "Samples N tokens (default 200, at most max_len minus the prompt) from a CausalLM checkpoint,\n"
-         "e.g. one written by `build/experiments/char_lm 3500 0 3e-3 lm.safetensors`.\n"
-         "  --prompt TEXT      text to continue (default: a newline); needs the checkpoint's tokenizer\n"
-         "  --prompt-ids LIST  comma-separated token ids instead\n"
-         "  --temperature T    softmax temperature (default 0.8; 0 = greedy)\n"
-         "  --top-k K          sample among the K most likely tokens (default 0 = all)\n"
-         "  --seed S           the sampling seed (default 0): same seed, same text\n"
-         "  --no-cache         recompute the whole sequence for every token (slower; same tokens)\n"
-         "Prints the text (or ids), then a line with tokens/s on stderr.\n";
-}
 
 namespace {
 
@@ -67,47 +54,56 @@ std::optional<Tokenizer> read_tokenizer(const Metadata& m, const std::string& pa
   return t;
 }
 
-int generate(const ArgList& a, std::ostream& out, std::ostream& err) {
-  const std::string path = a.require("--checkpoint");
+struct GenerateArgs {
+  std::string checkpoint, prompt = "\n";
+  std::vector<int64_t> prompt_ids;
+  int64_t tokens = 0;
+  CLI::Option* tokens_option = nullptr;  // given: --tokens counts, else the default
+  double temperature = 0.8;
+  int64_t top_k = 0;
+  uint64_t seed = 0;
+  bool no_cache = false;
+};
+
+void declare_options(CLI::App& cmd, GenerateArgs& a) {
+  cmd.add_option("--checkpoint", a.checkpoint, "a CausalLM checkpoint (nn/lm_checkpoint.hpp)")->required();
+  auto* prompt = cmd.add_option("--prompt", a.prompt, "text to continue (default: a newline); needs the checkpoint's tokenizer");
+  cmd.add_option("--prompt-ids", a.prompt_ids, "comma-separated token ids instead, e.g. 1,2,3")
+      ->delimiter(',')
+      ->excludes(prompt);
+  a.tokens_option = cmd.add_option("--tokens", a.tokens, "tokens to sample (default 200, at most max_len minus the prompt)");
+  cmd.add_option("--temperature", a.temperature, "softmax temperature (default 0.8; 0 = greedy)");
+  cmd.add_option("--top-k", a.top_k, "sample among the K most likely tokens (default 0 = all)");
+  cmd.add_option("--seed", a.seed, "the sampling seed (default 0): same seed, same text")->check(int_range(0, INT64_MAX));
+  cmd.add_flag("--no-cache", a.no_cache, "recompute the whole sequence for every token (slower; same tokens)");
+}
+
+int generate(const GenerateArgs& a, std::ostream& out, std::ostream& err) {
+  const std::string& path = a.checkpoint;
   nn::LoadedLM lm = nn::load_causal_lm(path);
   const int64_t max_len = lm.model->config.max_len, vocab = lm.model->config.vocab_size;
   std::optional<Tokenizer> tok = read_tokenizer(lm.metadata, path, vocab);
   Tensor prompt;
-  if (auto ids = a.get("--prompt-ids")) {
-    if (a.get("--prompt")) fail<UsageError>("give --prompt or --prompt-ids, not both");
-    std::vector<int64_t> v;
-    size_t start = 0;
-    while (start <= ids->size()) {
-      const size_t end = std::min(ids->find(',', start), ids->size());
-      v.push_back(parse_int_option("--prompt-ids", ids->substr(start, end - start), 0, vocab - 1));
-      start = end + 1;
-    }
-    prompt = from_vector(v, {1, static_cast<int64_t>(v.size())});
+  if (!a.prompt_ids.empty()) {
+    for (int64_t id : a.prompt_ids) check_range("--prompt-ids", id, 0, vocab - 1);
+    prompt = from_vector(a.prompt_ids, {1, static_cast<int64_t>(a.prompt_ids.size())});
   } else {
     if (!tok) fail<UsageError>("{} has no tokenizer in its metadata: give the prompt as --prompt-ids", path);
-    const std::string text = a.get("--prompt").value_or("\n");
-    if (text.empty()) fail<UsageError>("--prompt must not be empty");
-    prompt = tok->encode(text);
+    if (a.prompt.empty()) fail<UsageError>("--prompt must not be empty");
+    prompt = tok->encode(a.prompt);
   }
   const int64_t room = max_len - prompt.size(1);
   if (room <= 0) fail<UsageError>("the prompt has {} tokens; the model's max_len is {}", prompt.size(1), max_len);
   nn::GenerateOptions o;
-  o.max_new_tokens = a.get("--tokens") ? parse_int_option("--tokens", *a.get("--tokens"), 0, room) : std::min<int64_t>(200, room);
-  if (auto t = a.get("--temperature")) {
-    try {
-      size_t used = 0;
-      o.temperature = std::stod(*t, &used);
-      if (used != t->size()) throw std::invalid_argument(*t);
-    } catch (const std::logic_error&) {
-      fail<UsageError>("--temperature must be a number, got '{}'", *t);
-    }
-    if (!(o.temperature >= 0)) fail<UsageError>("--temperature must be >= 0, got {}", *t);
-  } else {
-    o.temperature = 0.8;
-  }
-  if (auto k = a.get("--top-k")) o.top_k = parse_int_option("--top-k", *k, 0, vocab);
-  if (auto s = a.get("--seed")) o.seed = static_cast<uint64_t>(parse_int_option("--seed", *s, 0, INT64_MAX));
-  o.use_cache = !a.flag("--no-cache");
+  const bool given = a.tokens_option->count() > 0;
+  if (given) check_range("--tokens", a.tokens, 0, room);
+  o.max_new_tokens = given ? a.tokens : std::min<int64_t>(200, room);
+  if (!(a.temperature >= 0)) fail<UsageError>("--temperature: must be >= 0, got {}", a.temperature);
+  o.temperature = a.temperature;
+  check_range("--top-k", a.top_k, 0, vocab);
+  o.top_k = a.top_k;
+  o.seed = a.seed;
+  o.use_cache = !a.no_cache;
   const auto t0 = std::chrono::steady_clock::now();
   Tensor tokens = nn::generate(*lm.model, prompt, o);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -123,25 +119,18 @@ int generate(const ArgList& a, std::ostream& out, std::ostream& err) {
   return 0;
 }
 
+CommandBody define_generate(CLI::App& cmd) {
+  auto a = std::make_shared<GenerateArgs>();
+  declare_options(cmd, *a);
+  cmd.footer(
+      "Samples tokens from a CausalLM checkpoint, e.g. one written by\n"
+      "`build/experiments/char_lm 3500 0 3e-3 lm.safetensors`, with the decoding cache unless\n"
+      "--no-cache. Prints the text (or ids without a tokenizer), then a line with tokens/s on stderr.");
+  return [a](std::ostream& out, std::ostream& err) { return generate(*a, out, err); };
+}
+
 }  // namespace
 
-int run_generate(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  try {
-    ArgList a(args, {"--checkpoint", "--prompt", "--prompt-ids", "--tokens", "--temperature", "--top-k", "--seed"},
-              {"--no-cache", "--help"});
-    if (a.flag("--help")) {
-      generate_usage(out);
-      return 0;
-    }
-    if (!a.positional().empty()) fail<UsageError>("unexpected argument '{}'", a.positional()[0]);
-    return generate(a, out, err);
-  } catch (const UsageError& e) {
-    err << "attnlab generate: " << e.what() << " (try attnlab generate --help)\n";
-    return 2;
-  } catch (const std::exception& e) {
-    err << "attnlab generate: " << e.what() << "\n";
-    return 1;
-  }
-}
+const Command kGenerateCommand = {"generate", "sample text from a CausalLM checkpoint", define_generate};
 
 }  // namespace attnlab::cli

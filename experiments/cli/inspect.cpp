@@ -36,37 +36,53 @@ struct InspectConfig {
   uint64_t seed = 0;
 };
 
-InspectConfig parse_args(const ArgList& a) {
-  InspectConfig c;
-  c.spec = a.require("--spec");
-  c.d_model = parse_int_option("--d-model", a.require("--d-model"), 1, int64_t(1) << 40);
-  c.weights = a.get("--weights");
-  c.init = a.flag("--init");
-  if (c.weights && c.init) fail<UsageError>("give either --weights W or --init, not both");
+// inspect's options as CLI11 parses them; check_config turns them into an InspectConfig.
+struct InspectArgs {
+  InspectConfig config;
+  std::string weights, input, out, save_weights, plot, tokens, dtype = "float32", mode = "eval";
+  CLI::Option* tokens_option = nullptr;  // given, even as an empty string
+};
+
+// Declares inspect's options on `cmd`, bound to `a`; check_config does the checks that span
+// several options once they are parsed.
+void declare_options(CLI::App& cmd, InspectArgs& a) {
+  InspectConfig& c = a.config;
+  cmd.add_option("--spec", c.spec, "the attention layer, e.g. 'mha(heads=4)' (quote it for the shell)")->required();
+  cmd.add_option("--d-model", c.d_model, "the layer's width D")->required()->check(int_range(1, int64_t(1) << 40));
+  auto* weights = cmd.add_option("--weights", a.weights, "W: every parameter and buffer, loaded strictly");
+  cmd.add_flag("--init", c.init, "instead of --weights: the layer's own initialisation, drawn from --seed")
+      ->excludes(weights);
+  cmd.add_option("--input", a.input, "X: x (B,N,D); optional context, mask, grad_output");
+  cmd.add_option("--out", a.out, "OUT: output, attention, l0_penalty, grad.*, buffer.*");
+  cmd.add_option("--dtype", a.dtype, "compute dtype (default float32)")->check(CLI::IsMember({"float32", "float64"}));
+  cmd.add_option("--mode", a.mode, "eval (default) or train")->check(CLI::IsMember({"eval", "train"}));
+  cmd.add_option("--seed", c.seed, "manual_seed before the layer is built (default 0)")
+      ->check(int_range(0, INT64_MAX));
+  cmd.add_option("--save-weights", a.save_weights, "write the weights used to this file");
+  auto* plot = cmd.add_option("--plot", a.plot, "write one PNG heatmap per example and head to this directory");
+  a.tokens_option = cmd.add_option("--tokens", a.tokens, "with --plot: one word per position, the labels of the axes")->needs(plot);
+}
+
+InspectConfig check_config(InspectArgs& a) {
+  InspectConfig c = a.config;
+  auto given = [](const std::string& v) { return v.empty() ? std::nullopt : std::optional<std::string>(v); };
+  c.weights = given(a.weights);
+  c.input = given(a.input);
+  c.out = given(a.out);
+  c.save_weights = given(a.save_weights);
+  c.plot = given(a.plot);
   if (!c.weights && !c.init) fail<UsageError>("missing --weights W (or --init to initialise from --seed)");
-  c.input = a.get("--input");
-  c.out = a.get("--out");
-  c.save_weights = a.get("--save-weights");
-  c.plot = a.get("--plot");
   if (c.plot && !c.input) fail<UsageError>("--plot needs --input X and --out OUT");
-  if (auto t = a.get("--tokens")) {
-    if (!c.plot) fail<UsageError>("--tokens labels the --plot heatmaps; give --plot DIR too");
-    std::istringstream words(*t);
+  if (a.tokens_option->count() > 0) {
+    std::istringstream words(a.tokens);
     for (std::string w; words >> w;) c.tokens.push_back(w);
     if (c.tokens.empty()) fail<UsageError>("--tokens is empty; give one word per position, e.g. --tokens \"a b c\"");
   }
   if (c.input.has_value() != c.out.has_value())
     fail<UsageError>("--input and --out go together; got only {}", c.input ? "--input" : "--out");
   if (!c.input && !c.save_weights) fail<UsageError>("missing --input X and --out OUT");
-  const std::string dtype = a.get("--dtype").value_or("float32");
-  if (dtype == "float32") c.dtype = kFloat32;
-  else if (dtype == "float64") c.dtype = kFloat64;
-  else fail<UsageError>("--dtype must be float32 or float64, got '{}'", dtype);
-  const std::string mode = a.get("--mode").value_or("eval");
-  if (mode != "eval" && mode != "train") fail<UsageError>("--mode must be eval or train, got '{}'", mode);
-  c.train = mode == "train";
-  if (auto s = a.get("--seed")) c.seed = static_cast<uint64_t>(parse_int_option("--seed", *s, 0, INT64_MAX));
-  if (!a.positional().empty()) fail<UsageError>("unexpected argument '{}'", a.positional()[0]);
+  c.dtype = a.dtype == "float64" ? kFloat64 : kFloat32;
+  c.train = a.mode == "train";
   return c;
 }
 
@@ -212,45 +228,31 @@ int inspect(const InspectConfig& c, std::ostream& out) {
 
 }  // namespace
 
-void inspect_usage(std::ostream& out) {
-  out << "usage: attnlab inspect --spec SPEC --d-model D (--weights W.safetensors | --init)\n"
-         "                       --input X.safetensors --out OUT.safetensors\n"
-         "                       [--dtype float32|float64] [--mode eval|train] [--seed S]\n"
-         "                       [--save-weights W2.safetensors] [--plot DIR [--tokens \"t0 t1 ...\"]]\n"
-         "\n"
-         "Runs the attention layer SPEC (width D) on X and writes OUT.\n"
-         "  X    x (B,N,D); optional context (B,M,D), mask (U8 or BOOL, broadcastable to\n"
-         "       (B,h,N,M), 1 = may attend), grad_output (B,N,D)\n"
-         "  W    every parameter and buffer under the spec's names (see attnlab variants --params)\n"
-         "  OUT  output; attention (B,h,N,M) where the variant has probabilities; l0_penalty when\n"
-         "       gated; with grad_output: grad.x, grad.context, grad.<name> for every trainable\n"
-         "       parameter and grad.head_mask (gradients of sum(output * grad_output));\n"
-         "       with --mode train: buffer.<name> for every buffer after the forward\n"
-         "--init initialises the layer from --seed (default 0) instead of reading W;\n"
-         "--save-weights writes the weights used (with --init and no --input, only that).\n"
-         "--dtype (default float32) is the compute dtype; inputs and weights are converted to it.\n"
-         "--plot DIR writes one PNG heatmap per example and head of the attention,\n"
-         "  DIR/attention_b<b>_h<i>.png; --tokens labels its axes (one word per position).\n"
-         "Exit status: 0 success, 1 failure (message on stderr), 2 usage error.\n";
+namespace {
+
+CommandBody define_inspect(CLI::App& cmd) {
+  auto a = std::make_shared<InspectArgs>();
+  declare_options(cmd, *a);
+  cmd.footer(
+      "Runs the attention layer SPEC (width D) on X and writes OUT (file layouts in docs/cli.md).\n"
+      "  X    x (B,N,D); optional context (B,M,D), mask (U8 or BOOL, broadcastable to\n"
+      "       (B,h,N,M), 1 = may attend), grad_output (B,N,D)\n"
+      "  W    every parameter and buffer under the spec's names (see attnlab variants --params)\n"
+      "  OUT  output; attention (B,h,N,M) where the variant has probabilities; l0_penalty when\n"
+      "       gated; with grad_output: grad.x, grad.context, grad.<name> for every trainable\n"
+      "       parameter and grad.head_mask (gradients of sum(output * grad_output));\n"
+      "       with --mode train: buffer.<name> for every buffer after the forward\n"
+      "Exactly one of --weights and --init. --input and --out go together; with --save-weights\n"
+      "both may be left out. --plot writes DIR/attention_b<b>_h<i>.png; --tokens labels its axes.\n"
+      "Exit status: 0 success, 1 failure (message on stderr), 2 usage error.");
+  return [a](std::ostream& out, std::ostream&) { return inspect(check_config(*a), out); };
 }
 
-int run_inspect(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  try {
-    ArgList a(args, {"--spec", "--d-model", "--weights", "--input", "--out", "--dtype", "--mode", "--seed", "--save-weights",
-               "--plot", "--tokens"},
-              {"--init", "--help"});
-    if (a.flag("--help")) {
-      inspect_usage(out);
-      return 0;
-    }
-    return inspect(parse_args(a), out);
-  } catch (const UsageError& e) {
-    err << "attnlab inspect: " << e.what() << " (try attnlab inspect --help)\n";
-    return 2;
-  } catch (const std::exception& e) {
-    err << "attnlab inspect: " << e.what() << "\n";
-    return 1;
-  }
-}
+}  // namespace
+
+const Command kInspectCommand = {
+    "inspect",
+    "run one attention layer on tensors from a safetensors file and write its output, attention and gradients",
+    define_inspect};
 
 }  // namespace attnlab::cli

@@ -4,7 +4,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <ctime>
+#include <vector>
 #include <iostream>
 
 #include <fmt/format.h>
@@ -23,6 +25,27 @@ std::string default_run_dir(const std::string& experiment) {
   return "runs/" + experiment + "-" + buf;
 }
 
+namespace {
+
+// Rows of cells as aligned columns: every column but the last padded to its widest cell, two
+// spaces between columns, each line indented by two.
+void print_columns(const std::vector<std::vector<std::string>>& rows, std::ostream& out) {
+  std::vector<size_t> width;
+  for (const auto& row : rows)
+    for (size_t c = 0; c + 1 < row.size(); ++c) {
+      if (width.size() <= c) width.resize(c + 1, 0);
+      width[c] = std::max(width[c], row[c].size());
+    }
+  for (const auto& row : rows) {
+    std::string line = " ";
+    for (size_t c = 0; c < row.size(); ++c)
+      line += " " + (c + 1 < row.size() ? fmt::format("{:<{}} ", row[c], width[c]) : row[c]);
+    out << line << "\n";
+  }
+}
+
+}  // namespace
+
 int run_list(const std::string& name, std::ostream& out, std::ostream& err) {
   if (!name.empty()) {
     const runner::Experiment* e = nullptr;
@@ -33,9 +56,10 @@ int run_list(const std::string& name, std::ostream& out, std::ostream& err) {
       return 2;
     }
     out << e->name << ": " << e->description << "\n\nkeys (default, type):\n";
+    std::vector<std::vector<std::string>> keys;
     for (const auto& f : e->schema.fields())
-      out << fmt::format("  {:<22} {:<16} {:<7} {}\n", f.key, runner::to_toml_value(f.value),
-                         runner::type_name(f.type), f.help);
+      keys.push_back({f.key, runner::to_toml_value(f.value), runner::type_name(f.type), f.help});
+    print_columns(keys, out);
     out << "\npresets:\n";
     for (const auto& [p, text] : e->presets) {
       out << "  " << p << ":";
@@ -54,13 +78,16 @@ int run_list(const std::string& name, std::ostream& out, std::ostream& err) {
     return 0;
   }
   out << "experiments (attnlab run NAME --preset P; attnlab list NAME for its keys):\n";
+  std::vector<std::vector<std::string>> experiments, tasks;
   for (const auto* e : runner::experiments()) {
     std::string presets;
     for (const auto& [p, text] : e->presets) presets += (presets.empty() ? "" : ", ") + p;
-    out << fmt::format("  {:<10} {}  [presets: {}]\n", e->name, e->description, presets.empty() ? "none" : presets);
+    experiments.push_back({e->name, fmt::format("[presets: {}]", presets.empty() ? "none" : presets), e->description});
   }
+  print_columns(experiments, out);
   out << "\ntasks (task.name = ...):\n";
-  for (const auto& t : runner::tasks()) out << fmt::format("  {:<14} {}\n", t.name, t.description);
+  for (const auto& t : runner::tasks()) tasks.push_back({t.name, t.description});
+  print_columns(tasks, out);
   return 0;
 }
 

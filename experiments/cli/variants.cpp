@@ -77,57 +77,50 @@ int list_params(const std::string& spec, int64_t d_model, std::ostream& out) {
   return 0;
 }
 
-}  // namespace
-
-void variants_usage(std::ostream& out) {
-  out << "usage: attnlab variants [NAME]\n"
-         "       attnlab variants --params SPEC --d-model D\n"
-         "\n"
-         "Without --params: every registered attention variant (or only NAME) with its options,\n"
-         "their types, defaults and meaning. With --params: the layer SPEC builds for d_model D,\n"
-         "every parameter and buffer with its shape and dtype, and totals.\n"
-         "SPEC is a spec string such as 'mha(heads=4, gate=hard_concrete)' (quote it for the shell).\n";
-}
-
-int run_variants(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  try {
-    ArgList a(args, {"--params", "--d-model"}, {"--help"});
-    if (a.flag("--help")) {
-      variants_usage(out);
-      return 0;
-    }
-    if (auto spec = a.get("--params")) {
-      if (!a.positional().empty()) fail<UsageError>("unexpected argument '{}' with --params", a.positional()[0]);
-      auto d = a.get("--d-model");
-      if (!d) fail<UsageError>("--params needs --d-model D (the layer's width)");
-      return list_params(*spec, parse_int_option("--d-model", *d, 1, int64_t(1) << 40), out);
-    }
-    if (a.get("--d-model")) fail<UsageError>("--d-model is only used with --params");
-    if (a.positional().size() > 1) fail<UsageError>("expected at most one variant name, got {}", a.positional().size());
+CommandBody define_variants(CLI::App& cmd) {
+  struct Args {
+    std::string name, params;
+    int64_t d_model = 0;
+  };
+  auto a = std::make_shared<Args>();
+  auto* name = cmd.add_option("NAME", a->name, "list only this variant");
+  auto* params = cmd.add_option("--params", a->params,
+                                "build the layer SPEC, e.g. 'mha(heads=4, gate=hard_concrete)' (quote it for the shell), "
+                                "and list its parameters and buffers");
+  auto* d_model = cmd.add_option("--d-model", a->d_model, "the layer's width D (with --params)")
+                      ->check(int_range(1, int64_t(1) << 40));
+  params->needs(d_model)->excludes(name);
+  d_model->needs(params);
+  cmd.footer(
+      "Without --params: every registered attention variant (or only NAME) with its options,\n"
+      "their types, defaults and meaning. With --params SPEC --d-model D: the layer SPEC builds\n"
+      "for width D, every parameter and buffer with its shape and dtype, and totals.");
+  return [a](std::ostream& out, std::ostream&) {
+    if (!a->params.empty()) return list_params(a->params, a->d_model, out);
     const auto& all = nn::variants();
-    if (a.positional().empty()) {
+    if (a->name.empty()) {
       for (size_t i = 0; i < all.size(); ++i) {
         if (i) out << "\n";
         list_variant(all[i].schema, out);
       }
       return 0;
     }
-    const std::string& name = a.positional()[0];
     for (const auto& v : all)
-      if (v.schema.name == name) {
+      if (v.schema.name == a->name) {
         list_variant(v.schema, out);
         return 0;
       }
     std::vector<std::string> names;
     for (const auto& v : all) names.push_back(v.schema.name);
-    fail<ValueError>("unknown variant {} (known: {})", name, join(names, ", "));
-  } catch (const UsageError& e) {
-    err << "attnlab variants: " << e.what() << " (try attnlab variants --help)\n";
-    return 2;
-  } catch (const std::exception& e) {
-    err << "attnlab variants: " << e.what() << "\n";
-    return 1;
-  }
+    fail<ValueError>("unknown variant {} (known: {})", a->name, join(names, ", "));
+  };
 }
+
+}  // namespace
+
+const Command kVariantsCommand = {
+    "variants",
+    "list the attention variants and their options; --params SPEC --d-model D lists a layer's parameters and buffers",
+    define_variants};
 
 }  // namespace attnlab::cli

@@ -21,6 +21,7 @@
 
 #include "autograd/ops.hpp"
 #include "experiments/analysis/probe.hpp"
+#include "experiments/cli/commands.hpp"
 #include "experiments/cli/heads_commands.hpp"
 #include "experiments/cli/viz_page.hpp"
 #include "experiments/plot/png.hpp"
@@ -250,9 +251,8 @@ int viz(const VizOptions& o, std::ostream& out) {
 int run_viz(const VizOptions& o, std::ostream& out, std::ostream& err) {
   try {
     return viz(o, out);
-  } catch (const std::exception& e) {
-    err << "attnlab viz: " << e.what() << "\n";
-    return 1;
+  } catch (...) {
+    return exit_status(nullptr, "viz", {o.run_dir.string()}, out, err);
   }
 }
 

@@ -139,14 +139,8 @@ std::vector<std::string> metric_columns(const ReportInput& in, const std::string
   std::set<std::string> names;
   for (const ReportRun& r : in.runs)
     for (const auto& [n, v] : r.metrics) names.insert(n);
-  const std::set<std::string> costs = {"peak_rss_mb", "seconds", "steps_per_s"};
-  std::string headline = in.spec.metric;
-  if (headline.empty())
-    for (const auto& n : names)
-      if (!costs.count(n)) {
-        headline = n;
-        break;
-      }
+  const std::set<std::string>& costs = cost_metrics();
+  const std::string headline = headline_metric(in.spec, names);
   if (!in.runs.empty() && !names.count(headline))
     fail<ValueError>("{}: report.metric '{}' is not a metric of any run (metrics: {})", where, headline,
                      fmt::join(names, ", "));

@@ -358,6 +358,35 @@ std::vector<std::string> run_arguments(const SweepSpec& spec, const Point& point
   return args;
 }
 
+const std::set<std::string>& cost_metrics() {
+  static const std::set<std::string> costs = {"peak_rss_mb", "seconds", "steps_per_s"};
+  return costs;
+}
+
+std::string headline_metric(const ReportSpec& report, const std::set<std::string>& metrics) {
+  if (!report.metric.empty()) return report.metric;
+  for (const auto& name : metrics)
+    if (!cost_metrics().count(name)) return name;
+  return "";
+}
+
+std::string format_duration(double seconds) {
+  if (seconds < 90) return fmt::format("{:.0f} s", seconds);
+  if (seconds < 90 * 60) return fmt::format("{:.1f} min", seconds / 60);
+  return fmt::format("{:.1f} h", seconds / 3600);
+}
+
+std::string done_line(const RunDone& d) {
+  std::string metric;
+  if (!d.metric.empty()) {
+    auto it = d.metrics.find(d.metric);
+    metric = it == d.metrics.end() ? fmt::format(": {} missing", d.metric) : fmt::format(": {} {:.4g}", d.metric, it->second);
+  }
+  const std::string eta =
+      d.left > 0 ? fmt::format(", ETA {}", format_duration(d.mean_seconds * double(d.left) / std::max(1, d.workers))) : "";
+  return fmt::format("done  {} in {:.1f} s{} ({}/{} to go{})", d.run, d.seconds, metric, d.left, d.total, eta);
+}
+
 std::string run_dir_name(int64_t index) { return fmt::format("runs/{:04d}", index); }
 
 std::filesystem::path default_sweep_dir(const std::string& sweep_file) {

@@ -40,7 +40,9 @@
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <ostream>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -150,6 +152,31 @@ void dry_run_sweep(const std::string& sweep_file, std::ostream& out);
 
 // The `attnlab run` arguments of one run (without the executable).
 std::vector<std::string> run_arguments(const SweepSpec& spec, const Point& point, const std::filesystem::path& run_dir);
+
+// The metrics every run reports about its cost rather than its result: peak_rss_mb, seconds,
+// steps_per_s.
+const std::set<std::string>& cost_metrics();
+// The sweep's headline metric among `metrics` (the names its runs report): [report] metric when
+// set, otherwise the first name that is not a cost figure (peak_rss_mb, seconds, steps_per_s);
+// "" when there is none. `attnlab report` tabulates it first; `attnlab sweep` prints it for each
+// run that completes.
+std::string headline_metric(const ReportSpec& report, const std::set<std::string>& metrics);
+
+// What `attnlab sweep` prints when a run completes:
+//   "done  0003 in 12.1 s: val_acc 0.8125 (3/8 to go, ETA 25 s)"
+// The ETA is the mean run time so far x the runs left (queued or running) / workers.
+struct RunDone {
+  std::string run;                       // "0003"
+  double seconds = 0;                    // this run's wall time
+  std::string metric;                    // headline_metric; "" leaves the metric out
+  std::map<std::string, double> metrics;  // the run's final metrics
+  size_t left = 0, total = 0;            // runs of this invocation not finished, and queued in all
+  double mean_seconds = 0;               // over the runs completed so far, this one included
+  int workers = 1;
+};
+std::string done_line(const RunDone& done);
+// 42 s, 3.5 min, 2.1 h
+std::string format_duration(double seconds);
 
 // "runs/0003"
 std::string run_dir_name(int64_t index);

@@ -255,6 +255,7 @@ int run_sweep(const SweepOptions& options, std::ostream& out) {
   std::map<pid_t, int64_t> running;
   std::map<pid_t, std::chrono::steady_clock::time_point> started;
   size_t next = 0, done = 0;
+  double done_seconds = 0;  // wall time of the runs completed now, for the ETA
   int failed = 0, stopped = 0;
   bool forwarded = false;
   while ((next < queue.size() && !g_stop_signal) || !running.empty()) {
@@ -294,10 +295,16 @@ int run_sweep(const SweepOptions& options, std::ostream& out) {
     const std::string name = rd.filename().string();
     const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
     if (code == 0 && fs::exists(rd / "summary.json")) {
-      store.put({read_run_dir(i, rd)});
+      RunRecord record = read_run_dir(i, rd);
       ++done;
-      out << fmt::format("done  {} in {:.1f} s ({}/{} to go)\n", name, secs, queue.size() - next + running.size(),
-                         queue.size());
+      done_seconds += secs;
+      RunDone line{name, secs, "", record.metrics, queue.size() - next + running.size(), queue.size(),
+                   done_seconds / double(done), workers};
+      std::set<std::string> names;
+      for (const auto& [metric, value] : record.metrics) names.insert(metric);
+      line.metric = headline_metric(spec.report, names);
+      store.put({std::move(record)});
+      out << done_line(line) << "\n";
     } else if (code == 3) {
       ++stopped;
       out << fmt::format("stop  {} (checkpoint saved; run the sweep again to continue)\n", name);

@@ -40,6 +40,11 @@ TEST_CASE("explain mha: projections are matmuls with the formula's FLOPs, softma
   }
   CHECK(matmuls.back()->op.output == Dims{B, N, D});
   CHECK(matmuls.back()->flops == 2 * B * N * h * dk * D);
+  // Each projection's matmul is labelled by its module, found through the weight it reads.
+  CHECK(matmuls[0]->module == "attention.q_proj");
+  CHECK(matmuls[1]->module == "attention.k_proj");
+  CHECK(matmuls[2]->module == "attention.v_proj");
+  CHECK(matmuls.back()->module == "attention.out_proj");
   // The attention core runs fused; it counts every (query, key) pair: 2 dk + 5 + 2 dv each.
   bool core = false;
   for (const auto& s : r.steps)
@@ -47,6 +52,7 @@ TEST_CASE("explain mha: projections are matmuls with the formula's FLOPs, softma
       core = true;
       CHECK(s.flops == B * h * N * N * (2 * dk + 5 + 2 * dk));
       CHECK(s.op.output == Dims{B, h, N, dk});
+      CHECK(s.module == "attention");  // the core reads no parameter: the layer itself
     }
   CHECK(core);
   CHECK(r.unknown_steps == 0);
@@ -62,7 +68,12 @@ TEST_CASE("explain prints every step with shapes, totals and the mha comparison"
   CHECK(r.out.find("(3,8,16)") != std::string::npos);
   CHECK(r.out.find("tile_attention") != std::string::npos);
   CHECK(r.out.find("total:") != std::string::npos);
-  CHECK(r.out.find("ratio to dense mha: FLOPs 1.000") != std::string::npos);
+  CHECK(r.out.find("ratio to the fused mha: FLOPs 1.000") != std::string::npos);
+  CHECK(r.out.find("baseline, the fused mha of the same size: mha(heads=2") != std::string::npos);
+  // Steps are labelled by module: the q projection's matmul and bias add, the layer's core.
+  CHECK(r.out.find("  attention.q_proj    matmul  ") != std::string::npos);
+  CHECK(r.out.find("  attention.q_proj    add  ") != std::string::npos);
+  CHECK(r.out.find("  attention           tile_attention  ") != std::string::npos);
   // The readable synthesizer path composes softmax on (B, h, N, N).
   Run s = explain({"synthesizer(parts=vanilla, heads=2, max_len=8)", "--d-model", "16", "--seq", "8", "--batch", "3"});
   REQUIRE(s.status == 0);
@@ -88,6 +99,18 @@ TEST_CASE("explain: local and linear cost fewer FLOPs than mha at large N") {
   CHECK(cli::dense_twin_spec(local.spec, D).rfind("mha(heads=2", 0) == 0);
 }
 
+TEST_CASE("explain labels a gate's ops by the gate module, through the parameter they read") {
+  // The hard-concrete gate's parameter log_alpha: its sigmoid and stretch are gate ops.
+  auto r = cli::explain_attention("mha(heads=2, gate=hard_concrete)", 16, 4, 1);
+  bool sigmoid = false;
+  for (const auto& s : r.steps)
+    if (s.op.name == "sigmoid") {
+      sigmoid = true;
+      CHECK(s.module == "attention.gate");
+    }
+  CHECK(sigmoid);
+}
+
 TEST_CASE("explain: bad spec, sizes and options give clear errors") {
   Run bad = explain({"nosuch(heads=2)", "--d-model", "16", "--seq", "8"});
   CHECK(bad.status == 1);
@@ -95,13 +118,13 @@ TEST_CASE("explain: bad spec, sizes and options give clear errors") {
   CHECK(bad.err.find("nosuch") != std::string::npos);
   Run zero = explain({"mha", "--d-model", "16", "--seq", "0"});
   CHECK(zero.status == 2);
-  CHECK(zero.err.find("--seq must be in [1") != std::string::npos);
+  CHECK(zero.err.find("--seq: must be in [1") != std::string::npos);
   Run missing = explain({"mha"});
   CHECK(missing.status == 2);
-  CHECK(missing.err.find("missing --d-model") != std::string::npos);
+  CHECK(missing.err.find("--d-model is required") != std::string::npos);
   Run nospec = explain({"--d-model", "16", "--seq", "8"});
   CHECK(nospec.status == 2);
-  CHECK(nospec.err.find("expected one SPEC") != std::string::npos);
+  CHECK(nospec.err.find("SPEC is required") != std::string::npos);
   Run indivisible = explain({"mha(heads=3)", "--d-model", "16", "--seq", "8"});
   CHECK(indivisible.status == 1);
   CHECK(indivisible.err.find("heads") != std::string::npos);
@@ -113,5 +136,5 @@ TEST_CASE("explain: bad spec, sizes and options give clear errors") {
   CHECK(fnet.out.find("FLOPs n/a") != std::string::npos);
   Run help = explain({"--help"});
   CHECK(help.status == 0);
-  CHECK(help.out.find("usage: attnlab explain") == 0);
+  CHECK(help.out.find("Usage: attnlab explain") != std::string::npos);
 }

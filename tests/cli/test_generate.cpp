@@ -125,7 +125,7 @@ TEST_CASE("attnlab generate: errors name what is wrong") {
   CHECK(bad_byte.err.find("0x78") != std::string::npos);
   Run too_long = generate({"--checkpoint", path, "--prompt", "ab", "--tokens", "31"});
   CHECK(too_long.status == 2);
-  CHECK(too_long.err.find("--tokens must be in [0, 30]") != std::string::npos);
+  CHECK(too_long.err.find("--tokens: must be in [0, 30]") != std::string::npos);
   Run temp = generate({"--checkpoint", path, "--temperature", "hot"});
   CHECK(temp.status == 2);
   CHECK(generate({"--checkpoint", path, "--bogus"}).status == 2);
