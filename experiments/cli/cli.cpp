@@ -18,6 +18,7 @@
 #include "experiments/cli/heads_commands.hpp"
 #include "experiments/cli/run.hpp"
 #include "experiments/cli/sweep_commands.hpp"
+#include "experiments/runner/experiment.hpp"
 
 namespace {
 
@@ -33,9 +34,19 @@ void add_forwarding(CLI::App& app, const char* name, const char* help, int& stat
   cmd->callback([cmd, run, &status] { status = run(cmd->remaining(), std::cout, std::cerr); });
 }
 
+// Registrations that were refused (a name taken, a bad schema; experiment.hpp, registry.hpp): each
+// message on stderr, and true, so that no command runs with a half-registered program.
+bool report_refused_registrations() {
+  std::vector<std::string> messages = runner::registration_errors();
+  for (const auto& m : nn::variant_registration_errors()) messages.push_back(m);
+  for (const auto& m : messages) std::fprintf(stderr, "attnlab: %s\n", m.c_str());
+  return !messages.empty();
+}
+
 }  // namespace
 
 int attnlab::cli::main(int argc, char** argv) {
+  if (report_refused_registrations()) return 2;
   CLI::App app{"attnlab: attention research on a from-scratch C++ autograd engine (docs/cli.md)", "attnlab"};
   app.require_subcommand(1, 1);
   int status = 0;
