@@ -10,9 +10,11 @@
 //       .run = [](const Config& config, RunContext& ctx) { ... ctx.summary("acc", acc); },
 //   });
 //
-// experiments/catalog/*.cpp are compiled into the attnlab executable and the test binaries as
-// object files (never through a static archive, whose unreferenced objects the linker would drop
-// together with their registration).
+// experiments/catalog/*.cpp form the catalog library, which attnlab::experiments links whole
+// (--whole-archive: a plain static archive would drop the unreferenced objects together with
+// their registration). An experiment of one's own repository registers the same way, in a
+// program linking attnlab::experiments (docs/experiments.md, "Experiments in one's own
+// repository").
 //
 // Every schema gets a `seed` key (int, default 0) added by register_experiment.
 //
