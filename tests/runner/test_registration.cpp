@@ -2,11 +2,14 @@
 // a name already taken or a schema key twice is refused without a throw (registrations run in
 // static initialisers), named in the registration errors, and attnlab::cli::main refuses to run
 // with each message on stderr; an experiment that throws while running exits 1 and leaves
-// failure.json (status failed, the message) and no summary.json.
+// failure.json (status failed, the message) and no summary.json, and a sweep reports that message.
 #include <fcntl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <filesystem>
 #include <stdexcept>
 
@@ -150,4 +153,25 @@ TEST_CASE("run: an experiment that throws exits 1 and leaves failure.json with t
     fs::remove_all(dir);
   }
   CHECK(failure_message(fs::path("/nonexistent")) == "");
+}
+
+TEST_CASE("sweep: a run whose experiment throws is FAIL with the experiment's message, failed in results.csv") {
+  const fs::path dir = fresh_run_dir("sweep_failure");
+  fs::create_directories(dir);
+  std::ofstream(dir / "fail.toml") << "experiment = \"example\"\npreset = \"quick\"\nseeds = [0]\n"
+                                      "[set]\n\"train.steps\" = 2\n\"task.train_size\" = 64\n"
+                                      "\"example.min_accuracy\" = 2.0\n";
+  const std::string command = fmt::format("'{}/attnlab' sweep '{}' --out '{}' > '{}' 2>&1", ATTNLAB_BINARY_DIR,
+                                          (dir / "fail.toml").string(), (dir / "out").string(),
+                                          (dir / "sweep.txt").string());
+  const int status = std::system(command.c_str());
+  CHECK(WEXITSTATUS(status) == 1);
+  const std::string out = read_file(dir / "sweep.txt");
+  CHECK(contains(out, "FAIL  0000"));
+  CHECK(contains(out, "exit status 1: example: val_acc"));
+  CHECK(contains(out, "is below example.min_accuracy 2"));
+  CHECK(contains(read_file(dir / "out" / "results.csv"), "\n0,failed,"));
+  CHECK(contains(failure_message(dir / "out" / "runs" / "0000"), "is below example.min_accuracy 2"));
+  CHECK_FALSE(fs::exists(dir / "out" / "runs" / "0000" / "summary.json"));
+  fs::remove_all(dir);
 }
