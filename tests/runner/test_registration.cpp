@@ -44,6 +44,8 @@ Experiment throwing_experiment(const std::string& name, bool std_exception) {
 
 const bool registered = register_experiment(throwing_experiment("test_throws", true)) &&
                         register_experiment(throwing_experiment("test_throws_int", false));
+// A name taken, from a static initialiser (ordered after the line above: same file).
+const bool registered_twice = register_experiment(throwing_experiment("test_throws", false));
 
 // attnlab::cli::main's exit status and what it wrote to stderr.
 struct CliResult {
@@ -72,6 +74,17 @@ CliResult cli_main(std::vector<std::string> args) {
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 }  // namespace
+
+TEST_CASE("registration: a name taken in a static initialiser is recorded before main, not thrown") {
+  REQUIRE(registered);
+  CHECK_FALSE(registered_twice);  // the program got here: no exception escaped the initialiser
+  bool found = false;
+  for (const auto& m : registration_errors())
+    found = found || m == "register_experiment: experiment 'test_throws' is registered twice (the first "
+                          "registration is kept)";
+  CHECK(found);
+  clear_registration_errors();
+}
 
 TEST_CASE("registration: an experiment name already taken is refused, named, and cli::main refuses to run") {
   REQUIRE(registered);
