@@ -1,4 +1,6 @@
-// attnlab: everything a program needs, in one include.
+// <attnlab/attnlab.hpp>: everything a program needs, in one include: tensors, autograd, optimizers,
+// modules, the attention registry (make_attention, register_variant; docs/attention.md) and the
+// transformer assemblies (docs/nn.md). Experiments: <attnlab/runner.hpp>; the CLI: <attnlab/cli.hpp>.
 #pragma once
 #include "autograd/gradcheck.hpp"
 #include "autograd/grad_mode.hpp"
@@ -15,6 +17,7 @@
 #include "optim/schedule.hpp"
 #include "optim/sgd.hpp"
 #include "nn/activation.hpp"
+#include "nn/attention/registry.hpp"
 #include "nn/dropout.hpp"
 #include "nn/embedding.hpp"
 #include "nn/feed_forward.hpp"
@@ -26,3 +29,4 @@
 #include "nn/positional.hpp"
 #include "nn/rms_norm.hpp"
 #include "nn/rotary.hpp"
+#include "nn/transformer.hpp"

@@ -152,33 +152,46 @@ std::string to_toml_value(const Value& v) {
 
 // ---- Schema ----
 
-static Schema& add_field(Schema& s, std::vector<Field>& fields, const std::string& key, Value def,
-                         const std::string& help) {
-  check_key_syntax(key);
-  for (const Field& f : fields) {
-    if (f.key == key) fail<ConfigError>("Schema: key '{}' added twice", key);
-    auto nested = [](const std::string& table, const std::string& k) {
-      return k.size() > table.size() && k.compare(0, table.size(), table) == 0 && k[table.size()] == '.';
-    };
-    if (nested(f.key, key) || nested(key, f.key))
-      fail<ConfigError>("Schema: key '{}' and key '{}' cannot both exist (one would be a table of the other)", f.key,
-                        key);
+// The problem with adding `key` to `fields` ("" when none).
+static std::string add_error(const std::vector<Field>& fields, const std::string& key) {
+  try {
+    check_key_syntax(key);
+  } catch (const ConfigError& e) {
+    return e.what();
   }
-  fields.push_back(Field{key, type_of(def), std::move(def), help});
+  auto nested = [](const std::string& table, const std::string& k) {
+    return k.size() > table.size() && k.compare(0, table.size(), table) == 0 && k[table.size()] == '.';
+  };
+  for (const Field& f : fields) {
+    if (f.key == key) return fmt::format("Schema: key '{}' added twice", key);
+    if (nested(f.key, key) || nested(key, f.key))
+      return fmt::format("Schema: key '{}' and key '{}' cannot both exist (one would be a table of the other)", f.key,
+                         key);
+  }
+  return "";
+}
+
+static Schema& add_field(Schema& s, std::vector<Field>& fields, std::string& error, const std::string& key, Value def,
+                         const std::string& help) {
+  std::string problem = add_error(fields, key);
+  if (problem.empty())
+    fields.push_back(Field{key, type_of(def), std::move(def), help});
+  else if (error.empty())
+    error = std::move(problem);
   return s;
 }
 
 Schema& Schema::add(const std::string& key, int64_t def, const std::string& help) {
-  return add_field(*this, fields_, key, Value(def), help);
+  return add_field(*this, fields_, error_, key, Value(def), help);
 }
 Schema& Schema::add(const std::string& key, double def, const std::string& help) {
-  return add_field(*this, fields_, key, Value(def), help);
+  return add_field(*this, fields_, error_, key, Value(def), help);
 }
 Schema& Schema::add(const std::string& key, bool def, const std::string& help) {
-  return add_field(*this, fields_, key, Value(def), help);
+  return add_field(*this, fields_, error_, key, Value(def), help);
 }
 Schema& Schema::add(const std::string& key, const std::string& def, const std::string& help) {
-  return add_field(*this, fields_, key, Value(def), help);
+  return add_field(*this, fields_, error_, key, Value(def), help);
 }
 
 const Field* Schema::find(const std::string& key) const {
@@ -190,6 +203,7 @@ const Field* Schema::find(const std::string& key) const {
 // ---- Config ----
 
 Config::Config(Schema schema) : schema_(std::move(schema)) {
+  if (!schema_.error().empty()) fail<ConfigError>("{}", schema_.error());
   for (const Field& f : schema_.fields()) {
     values_.push_back(f.value);
     origins_.push_back("default");

@@ -46,8 +46,11 @@ struct Field {
 
 // The keys an experiment reads. Builder style:
 //   Schema().add("train.steps", int64_t(2000), "optimizer steps").add("model.attention", "mha", "...")
-// Adding a key twice, or a key that is a prefix table of another ("model" and "model.d"), is a
-// ConfigError.
+// Adding a key twice, a key of bad syntax, or a key that is a prefix table of another ("model" and
+// "model.d") is a ConfigError, raised when the schema is used rather than by add: schemas are
+// built in static initialisers (experiment registrations), where a throw would end the program
+// before main. add keeps the first such error and drops the key; error() returns it;
+// Config(schema) throws it and register_experiment refuses the experiment, naming it.
 class Schema {
  public:
   Schema& add(const std::string& key, int64_t def, const std::string& help);
@@ -60,14 +63,17 @@ class Schema {
   }
   const Field* find(const std::string& key) const;  // nullptr when absent
   const std::vector<Field>& fields() const { return fields_; }
+  // The first bad add ("" when none), e.g. "Schema: key 'train.steps' added twice".
+  const std::string& error() const { return error_; }
 
  private:
   std::vector<Field> fields_;  // in declaration order (the order of the resolved config file)
+  std::string error_;
 };
 
 class Config {
  public:
-  explicit Config(Schema schema);  // every key at its default
+  explicit Config(Schema schema);  // every key at its default; ConfigError when schema.error() is set
 
   // Merges a TOML document. `source` names it in errors (a path, or "preset quick").
   void merge_toml(const std::string& text, const std::string& source);

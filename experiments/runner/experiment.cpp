@@ -30,6 +30,22 @@ std::map<std::string, Experiment>& registry() {
   return r;
 }
 
+// Refused registrations: the messages in order, and the message of each refused name.
+std::vector<std::string>& refused_messages() {
+  static std::vector<std::string> m;
+  return m;
+}
+std::map<std::string, std::string>& refused_names() {
+  static std::map<std::string, std::string> m;
+  return m;
+}
+
+bool refuse(const std::string& name, std::string message) {
+  refused_names().emplace(name, message);
+  refused_messages().push_back(std::move(message));
+  return false;
+}
+
 // ---- signals ----
 
 std::atomic<bool> g_signal{false};
@@ -117,11 +133,17 @@ double peak_rss_mb() {
 // ---- registry ----
 
 bool register_experiment(Experiment e) {
-  if (e.name.empty() || !e.run) fail<ValueError>("register_experiment: an experiment needs a name and a run function");
-  if (registry().count(e.name)) fail<ValueError>("register_experiment: experiment '{}' is registered twice", e.name);
+  if (e.name.empty() || !e.run)
+    return refuse(e.name, fmt::format("register_experiment: experiment '{}' needs a name and a run function", e.name));
+  if (registry().count(e.name))
+    return refuse(e.name, fmt::format("register_experiment: experiment '{}' is registered twice (the first "
+                                      "registration is kept)", e.name));
+  if (!e.schema.error().empty())
+    return refuse(e.name, fmt::format("register_experiment: experiment '{}': {}", e.name, e.schema.error()));
   if (const Field* f = e.schema.find("seed")) {
     if (f->type != FieldType::Int)
-      fail<ValueError>("register_experiment: '{}' declares seed as {}, expected int", e.name, type_name(f->type));
+      return refuse(e.name, fmt::format("register_experiment: experiment '{}' declares seed as {}, expected int",
+                                        e.name, type_name(f->type)));
   } else {
     // `seed` goes first, so config.toml opens with it.
     Schema s;
@@ -135,6 +157,13 @@ bool register_experiment(Experiment e) {
   return true;
 }
 
+const std::vector<std::string>& registration_errors() { return refused_messages(); }
+
+void clear_registration_errors() {
+  refused_messages().clear();
+  refused_names().clear();
+}
+
 std::vector<const Experiment*> experiments() {
   std::vector<const Experiment*> out;
   for (const auto& [name, e] : registry()) out.push_back(&e);
@@ -144,6 +173,8 @@ std::vector<const Experiment*> experiments() {
 const Experiment& find_experiment(const std::string& name) {
   auto it = registry().find(name);
   if (it != registry().end()) return it->second;
+  if (auto r = refused_names().find(name); r != refused_names().end())
+    fail<ValueError>("experiment '{}' was not registered: {}", name, r->second);
   std::string known;
   for (const auto& [n, e] : registry()) known += (known.empty() ? "" : ", ") + n;
   fail<ValueError>("unknown experiment '{}' (known: {})", name, known.empty() ? "none" : known);
@@ -324,6 +355,14 @@ void RunContext::write_summary(const std::string& experiment) {
   write_text_atomic((dir_ / "summary.json").string(), j.dump(2) + "\n");
 }
 
+std::string failure_message(const fs::path& run_dir) {
+  std::ifstream in(run_dir / "failure.json");
+  if (!in) return "";
+  json j = json::parse(in, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("error") || !j["error"].is_string()) return "";
+  return j["error"].get<std::string>();
+}
+
 // ---- run_experiment ----
 
 namespace {
@@ -394,6 +433,30 @@ bool only_sweep_files(const fs::path& dir) {
   return true;
 }
 
+// A run whose experiment threw: the message goes to the log (or the console) and to
+// failure.json (atomically; summary.json stays unwritten). Returns kExitFailed.
+int record_failure(const Experiment& e, const fs::path& dir, RunContext* ctx, const std::string& what,
+                   std::ostream& console) {
+  const std::string msg = fmt::format("{} failed: {}", e.name, what);
+  if (ctx)
+    ctx->log("attnlab run: " + msg);
+  else
+    console << "attnlab run: " << msg << "\n";
+  try {
+    json j;
+    j["experiment"] = e.name;
+    j["status"] = "failed";
+    j["error"] = what;
+    j["step"] = ctx ? ctx->last_step() : int64_t(-1);
+    j["seconds"] = ctx ? std::round(ctx->seconds() * 1000) / 1000 : 0.0;
+    write_text_atomic((dir / "failure.json").string(), j.dump(2) + "\n");
+  } catch (const std::exception& ex) {
+    console << "attnlab run: cannot record the failure in " << (dir / "failure.json").string() << ": " << ex.what()
+            << "\n";
+  }
+  return kExitFailed;
+}
+
 }  // namespace
 
 int run_experiment(const RunRequest& r, std::ostream& console, bool tty) {
@@ -431,6 +494,7 @@ int run_experiment(const RunRequest& r, std::ostream& console, bool tty) {
       return kExitUsage;
     }
     fs::create_directories(dir);
+    fs::remove(dir / "failure.json");  // a failed session's record; this session runs it again
     write_text_atomic((dir / "config.toml").string(), config->to_toml());
     write_meta(dir, r);
   } catch (const Error& ex) {
@@ -462,12 +526,9 @@ int run_experiment(const RunRequest& r, std::ostream& console, bool tty) {
     ctx->log(line);
     return kExitComplete;
   } catch (const std::exception& ex) {
-    std::string msg = fmt::format("{} failed: {}", e->name, ex.what());
-    if (ctx)
-      ctx->log("attnlab run: " + msg);
-    else
-      console << "attnlab run: " << msg << "\n";
-    return kExitFailed;
+    return record_failure(*e, dir, ctx.get(), ex.what(), console);
+  } catch (...) {
+    return record_failure(*e, dir, ctx.get(), "an exception that is not a std::exception", console);
   }
 }
 

@@ -10,9 +10,11 @@
 //       .run = [](const Config& config, RunContext& ctx) { ... ctx.summary("acc", acc); },
 //   });
 //
-// experiments/catalog/*.cpp are compiled into the attnlab executable and the test binaries as
-// object files (never through a static archive, whose unreferenced objects the linker would drop
-// together with their registration).
+// experiments/catalog/*.cpp form the catalog library, which attnlab::experiments links whole
+// (--whole-archive: a plain static archive would drop the unreferenced objects together with
+// their registration). An experiment of one's own repository registers the same way, in a
+// program linking attnlab::experiments (docs/experiments.md, "Experiments in one's own
+// repository").
 //
 // Every schema gets a `seed` key (int, default 0) added by register_experiment.
 //
@@ -30,6 +32,9 @@
 //                       {"experiment": ..., "status": "complete", "steps": N, "seconds": s,
 //                        "peak_rss_mb": m, "metrics": {"val_acc": 0.61, ...}}
 //   artifacts/          anything else an experiment writes (ctx.artifact_path)
+//   failure.json        written atomically when the experiment throws (summary.json is then not
+//                       written): {"experiment": ..., "status": "failed", "error": "<message>",
+//                       "step": last step seen, "seconds": s}; removed when the run is resumed
 // Exit status of `attnlab run`: 0 complete, 1 failed, 2 usage error, 3 stopped by a signal
 // (SIGINT/SIGTERM) after saving a checkpoint: run the same command again to continue.
 // Re-running in a directory that holds a complete run does nothing and exits 0; in one with an
@@ -65,11 +70,22 @@ struct Experiment {
   std::function<void(const Config&, RunContext&)> run;
 };
 
-// Adds `e` to the registry (adding `seed`); returns true. A duplicate name is a ValueError.
+// Adds `e` to the registry (adding `seed`); returns true. Registrations run in static
+// initialisers, where a throw would end the program before main, so a bad one does not throw: an
+// experiment without a name or run function, with a name already taken (the first registration
+// stays), with a bad schema (Schema::error) or a `seed` that is not an int is left out, and the
+// message naming it is kept in registration_errors(); returns false. attnlab::cli::main refuses
+// to run while there is one, and find_experiment of a refused name fails with its message.
 bool register_experiment(Experiment e);
+// The messages of refused registrations, in order, e.g. "register_experiment: experiment 'lm' is
+// registered twice (the first registration is kept)".
+const std::vector<std::string>& registration_errors();
+// Forgets them (tests that register bad experiments on purpose).
+void clear_registration_errors();
 // Every registered experiment, by name.
 std::vector<const Experiment*> experiments();
-// ValueError listing the known names when `name` is not registered.
+// ValueError listing the known names when `name` is not registered (with the registration's
+// message when `name` was refused).
 const Experiment& find_experiment(const std::string& name);
 
 // What `attnlab run` resolves and runs (experiments/cli/run.cpp).
@@ -95,6 +111,9 @@ Config resolve_config(const Experiment& e, const std::string& preset, const std:
 // progress line. Installs SIGINT/SIGTERM handlers for the duration of the run (a second signal
 // kills the process). Returns an ExitStatus.
 int run_experiment(const RunRequest& request, std::ostream& console, bool tty);
+
+// The "error" of dir/failure.json; "" when the file is absent or unreadable.
+std::string failure_message(const std::filesystem::path& run_dir);
 
 class RunContext {
  public:

@@ -144,6 +144,12 @@ void remove_temp_files(const fs::path& run_dir) {
   }
 }
 
+// ": <message>" of a failed run's failure.json (experiment.hpp), "" without one.
+std::string failure_reason(const fs::path& run_dir) {
+  const std::string message = failure_message(run_dir);
+  return message.empty() ? "" : ": " + message;
+}
+
 }  // namespace
 
 Config resolve_run_config(const SweepSpec& spec, const Point& point) {
@@ -312,7 +318,7 @@ int run_sweep(const SweepOptions& options, std::ostream& out) {
       ++failed;
       const std::string reason = WIFSIGNALED(status) ? fmt::format("killed by signal {}", WTERMSIG(status))
                                  : code == 0         ? std::string("exit 0 without summary.json")
-                                                     : fmt::format("exit status {}", code);
+                                                     : fmt::format("exit status {}{}", code, failure_reason(rd));
       store.put_failed(i, point_to_json(points[i]), reason);
       out << fmt::format("FAIL  {} ({}): {}; see {}\n", name, point_label(points[i]), reason,
                          (rd / "stdout.txt").string());

@@ -68,12 +68,31 @@ const Variant& find_variant(const std::string& name) {
 
 const std::vector<Variant>& variants() { return table(); }
 
-void register_variant(Variant variant) {
-  for (const Variant& v : table())
-    if (v.schema.name == variant.schema.name)
-      fail<ValueError>("register_variant: a variant named {} already exists", variant.schema.name);
-  table().push_back(std::move(variant));
+namespace {
+std::vector<std::string>& refused() {  // built on first use: safe during static init
+  static std::vector<std::string> r;
+  return r;
 }
+}  // namespace
+
+bool register_variant(Variant variant) {
+  const std::string& name = variant.schema.name;
+  if (name.empty() || !variant.make) {
+    refused().push_back(fmt::format("register_variant: variant '{}' needs a name and a factory", name));
+    return false;
+  }
+  for (const Variant& v : table())
+    if (v.schema.name == name) {
+      refused().push_back(fmt::format("register_variant: a variant named '{}' already exists (the first "
+                                      "registration is kept)", name));
+      return false;
+    }
+  table().push_back(std::move(variant));
+  return true;
+}
+
+const std::vector<std::string>& variant_registration_errors() { return refused(); }
+void clear_variant_registration_errors() { refused().clear(); }
 
 const VariantSchema& registered_schema(const std::string& name) { return find_variant(name).schema; }
 

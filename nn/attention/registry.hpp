@@ -25,7 +25,15 @@ const std::vector<Variant>& variants();
 std::shared_ptr<Attention> make_attention(const std::string& spec, int64_t d_model);
 // The schema of the registered variant `name` (ValueError listing the known names otherwise).
 const VariantSchema& registered_schema(const std::string& name);
-// Adds a variant at run time (user code); the name must be new.
-void register_variant(Variant variant);
+// Adds a variant (user code, e.g. `static const bool registered = nn::register_variant({...});`);
+// returns true. Registrations run in static initialisers, where a throw would end the program
+// before main, so a variant whose name is taken (or empty, or without a factory) is left out
+// without throwing: the message naming it is kept in variant_registration_errors() and false is
+// returned. attnlab::cli::main refuses to run while there is one.
+bool register_variant(Variant variant);
+// The messages of refused variant registrations, in order.
+const std::vector<std::string>& variant_registration_errors();
+// Forgets them (tests that register bad variants on purpose).
+void clear_variant_registration_errors();
 
 }  // namespace attnlab::nn
