@@ -494,7 +494,7 @@ int run_experiment(const RunRequest& r, std::ostream& console, bool tty) {
       return kExitUsage;
     }
     fs::create_directories(dir);
-    fs::remove(dir / "failure.json");  // a failed session's record; this session runs it again
+    fs::remove(dir / "failure.json");  // the record of a failed attempt; this process runs the run again
     write_text_atomic((dir / "config.toml").string(), config->to_toml());
     write_meta(dir, r);
   } catch (const Error& ex) {

@@ -191,7 +191,7 @@ class RunContext {
   int64_t last_step_ = -1;
   double time_offset_ = 0;      // training seconds of earlier sessions
   double peak_rss_offset_ = 0;  // peak RSS (MB) of earlier sessions
-  double start_ = 0;            // monotonic seconds when this session began
+  double start_ = 0;            // monotonic seconds when this process began the run
   double last_progress_ = -1e30;
   int64_t progress_first_step_ = -1;
   double progress_first_time_ = 0;

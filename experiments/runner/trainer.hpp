@@ -125,7 +125,7 @@ class Trainer {
 
   int64_t step() const { return step_; }
   int64_t total_steps() const { return total_; }
-  // Training steps per second in this session (evaluation excluded); 0 before any step.
+  // Training steps per second since this process started training (evaluation excluded); 0 before any step.
   double steps_per_second() const;
   optim::AdamW& optimizer() { return *opt_; }
   // The train_loss of the last metrics line (NaN before the first).

@@ -557,7 +557,7 @@ TEST_CASE("tile_attention gradcheck with segment ids: causal, a user mask, sinks
   CHECK_MESSAGE(r.ok, r.message);
 }
 
-TEST_CASE("tile_attention skips the tile pairs whose segment ids do not meet") {
+TEST_CASE("tile_attention leaves out the tile pairs whose segment ids do not meet") {
   const int64_t B = 2, H = 3, N = 64;
   Generator g(50);
   Tensor q = randn({B, H, N, 4}, g, kFloat64), k = randn({B, H, N, 4}, g, kFloat64), v = randn({B, H, N, 4}, g, kFloat64);
