@@ -72,7 +72,37 @@ nn::BlockConfig block(const Config& c) {
   return b;
 }
 
+std::string pooling(const Config& c) {
+  const std::string p = c.get_string("model.pooling");
+  if (p != "cls" && p != "mean")
+    fail<ConfigError>("model.pooling must be cls or mean, got '{}' (from {})", p, c.origin("model.pooling"));
+  return p;
+}
+
+// model.positions where the schema has it, else learned.
+std::string positions(const Config& c) {
+  if (!c.schema().find("model.positions")) return "learned";
+  const std::string p = c.get_string("model.positions");
+  if (p != "learned" && p != "none")
+    fail<ConfigError>("model.positions must be learned or none, got '{}' (from {})", p, c.origin("model.positions"));
+  return p;
+}
+
 }  // namespace
+
+void check_model(const Config& c) {
+  pooling(c);
+  positions(c);
+  const std::string& text = c.get_string("model.attention");
+  try {
+    nn::TransformerBlock probe(block(c));
+  } catch (const ConfigError&) {
+    throw;
+  } catch (const Error& e) {
+    fail<ConfigError>("model.attention = \"{}\" (from {}) with model.d_model = {} does not build: {}", text,
+                      c.origin("model.attention"), c.get_int("model.d_model"), e.what());
+  }
+}
 
 std::shared_ptr<nn::EncoderClassifier> build_classifier(const Config& c, const TaskData& t) {
   if (t.language_model || t.per_position)
@@ -86,9 +116,7 @@ std::shared_ptr<nn::EncoderClassifier> build_classifier(const Config& c, const T
   e.input_dim = t.input_dim;
   e.max_len = t.seq_len;
   e.num_classes = t.num_classes;
-  e.pooling = c.get_string("model.pooling");
-  if (e.pooling != "cls" && e.pooling != "mean")
-    fail<ConfigError>("model.pooling must be cls or mean, got '{}' (from {})", e.pooling, c.origin("model.pooling"));
+  e.pooling = pooling(c);
   return std::make_shared<nn::EncoderClassifier>(e);
 }
 
@@ -106,12 +134,7 @@ std::shared_ptr<nn::CausalLM> build_lm(const Config& c, const TaskData& t) {
   l.layers = c.get_int("model.layers");
   l.vocab_size = t.vocab_size;
   l.max_len = t.seq_len;
-  if (c.schema().find("model.positions")) {
-    l.positions = c.get_string("model.positions");
-    if (l.positions != "learned" && l.positions != "none")
-      fail<ConfigError>("model.positions must be learned or none, got '{}' (from {})", l.positions,
-                        c.origin("model.positions"));
-  }
+  l.positions = positions(c);
   return std::make_shared<nn::CausalLM>(l);
 }
 

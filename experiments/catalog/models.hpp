@@ -34,6 +34,13 @@ runner::Schema& add_model_keys(runner::Schema& schema, const ModelDefaults& defa
 // no such option (fnet, mixer have no heads).
 std::string attention_spec(const runner::Config& config);
 
+// The Experiment::check of the catalog's experiments, run before a run directory is created: the
+// model.* keys in range, model.pooling and model.positions (where the schema has it) known, and
+// one transformer block built from model.attention (model.heads / model.key_size applied) at
+// model.d_model, so an unknown variant or option, a bad option value or a width the heads do not
+// divide is a ConfigError naming the spec, where it came from and what the layer said.
+void check_model(const runner::Config& config);
+
 // An encoder classifier for a classification task (token or feature inputs, one label per
 // example). ConfigError for a language-modelling or per-position task.
 std::shared_ptr<nn::EncoderClassifier> build_classifier(const runner::Config& config, const runner::TaskData& task);
