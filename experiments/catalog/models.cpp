@@ -4,6 +4,7 @@
 #include <fstream>
 #include <sstream>
 
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "autograd/grad_mode.hpp"
@@ -162,7 +163,10 @@ Scores evaluate_classifier(nn::EncoderClassifier& model, const TaskData& task, c
   return {n ? double(correct) / double(n) : 0, n ? loss_sum / double(n) : 0};
 }
 
-LoadedRun load_run(const std::filesystem::path& dir) {
+namespace {
+
+// A run directory's config: the experiment named in meta.json, config.toml resolved against its schema.
+Config run_config(const std::filesystem::path& dir) {
   std::ifstream in(dir / "meta.json");
   if (!in) fail<FileError>("{}: cannot read (not a run directory?)", (dir / "meta.json").string());
   std::stringstream ss;
@@ -173,17 +177,102 @@ LoadedRun load_run(const std::filesystem::path& dir) {
   const auto& e = runner::find_experiment(meta["experiment"].get<std::string>());
   Config config(e.schema);
   config.merge_file((dir / "config.toml").string());
+  return config;
+}
+
+// The model's tensors of a runner checkpoint (saved under "model."), the prefix removed.
+TensorMap model_tensors(const TensorMap& state) {
+  TensorMap weights;
+  for (const auto& [k, v] : state)
+    if (k.rfind("model.", 0) == 0) weights[k.substr(6)] = v;
+  return weights;
+}
+
+std::string shape_text(const Tensor& t) { return to_string(t.shape()); }
+
+// Checks the checkpoint's tensors against the shapes the config gives before the model is built:
+// tok_emb (V, D), pos_emb (context, D) with learned positions, lm_head (V, D), model.layers blocks.
+void check_lm_tensors(const TensorMap& w, const nn::LMConfig& l, const std::string& file) {
+  const int64_t V = l.vocab_size, D = l.block.d_model;
+  auto expect = [&](const std::string& name, Dims shape, const std::string& from) {
+    auto it = w.find(name);
+    if (it == w.end()) fail<FileError>("{}: no tensor 'model.{}' (the run's config.toml gives {})", file, name, from);
+    if (it->second.shape() != shape)
+      fail<FileError>("{}: 'model.{}' has shape {}, but the run's config.toml gives {} ({})", file, name,
+                      shape_text(it->second), to_string(shape), from);
+  };
+  expect("tok_emb.weight", {V, D}, fmt::format("vocabulary {} x model.d_model {}", V, D));
+  expect("lm_head.weight", {V, D}, fmt::format("vocabulary {} x model.d_model {}", V, D));
+  if (l.positions == "learned") expect("pos_emb.weight", {l.max_len, D}, fmt::format("task.length {} rows", l.max_len));
+  int64_t blocks = 0;
+  while (w.count(fmt::format("blocks.{}.norm1.weight", blocks))) ++blocks;
+  if (blocks != l.layers)
+    fail<FileError>("{}: holds {} blocks, but the run's config.toml gives model.layers = {}", file, blocks, l.layers);
+}
+
+// Every name and shape of `model` equal to the checkpoint's, or a FileError listing the first differences.
+void check_same_tensors(const nn::Module& model, const TensorMap& w, const std::string& file) {
+  std::vector<std::string> problems;
+  const TensorMap mine = model.state_dict();
+  for (const auto& [name, t] : mine) {
+    auto it = w.find(name);
+    if (it == w.end()) problems.push_back(fmt::format("'model.{}' missing", name));
+    else if (it->second.shape() != t.shape())
+      problems.push_back(fmt::format("'model.{}' is {}, the config builds {}", name, shape_text(it->second), shape_text(t)));
+  }
+  for (const auto& [name, t] : w)
+    if (!mine.count(name)) problems.push_back(fmt::format("'model.{}' is not in the model the config builds", name));
+  if (problems.empty()) return;
+  if (problems.size() > 4) problems.resize(4), problems.push_back("...");
+  fail<FileError>("{}: the checkpoint does not fit the model of the run's config.toml: {}", file,
+                  fmt::format("{}", fmt::join(problems, "; ")));
+}
+
+}  // namespace
+
+LoadedRun load_run(const std::filesystem::path& dir) {
+  Config config = run_config(dir);
   TaskData task = runner::make_task(config);
   manual_seed(uint64_t(config.get_int("seed")));
   auto model = build_model(config, task);
   Metadata md;
   TensorMap state = load_safetensors((dir / "checkpoint.safetensors").string(), &md);
-  TensorMap weights;
-  for (auto& [k, v] : state)
-    if (k.rfind("model.", 0) == 0) weights[k.substr(6)] = v;
-  model->load_state_dict(weights);
+  model->load_state_dict(model_tensors(state));
   model->eval();
   return {std::move(config), std::move(task), model, md.count("step") ? std::stoll(md["step"]) : 0};
+}
+
+nn::LoadedLM load_lm_run(const std::filesystem::path& path) {
+  const bool is_dir = std::filesystem::is_directory(path);
+  const std::filesystem::path dir = is_dir ? path : path.parent_path();
+  const std::string file = (is_dir ? path / "checkpoint.safetensors" : path).string();
+  Config config = run_config(dir);
+  TaskData task = runner::make_task(config);
+  if (!task.language_model)
+    fail<FileError>("{}: a run of task '{}', which is not language modelling: generate samples from the runs of "
+                    "an LM experiment (attnlab run lm)",
+                    dir.string(), task.name);
+  if (!std::filesystem::exists(file))
+    fail<FileError>("{}: no checkpoint (the run saved none yet)", file);
+  Metadata md;
+  const TensorMap weights = model_tensors(load_safetensors(file, &md));
+  nn::LMConfig l;  // what build_lm builds, to check the tensors before allocating the model
+  l.block.d_model = config.get_int("model.d_model");
+  l.layers = config.get_int("model.layers");
+  l.vocab_size = task.vocab_size;
+  l.max_len = task.seq_len;
+  l.positions = positions(config);
+  check_lm_tensors(weights, l, file);
+  manual_seed(uint64_t(config.get_int("seed")));
+  std::shared_ptr<nn::CausalLM> model = build_lm(config, task);
+  check_same_tensors(*model, weights, file);
+  model->load_state_dict(weights);
+  model->eval();
+  std::string hex;
+  for (unsigned char b : task.token_bytes) hex += fmt::format("{:02x}", b);
+  Metadata out{{"tokenizer.bytes", hex}, {"tokenizer.unk", task.token_unk ? "true" : "false"}};
+  if (md.count("step")) out["step"] = md["step"];
+  return {model, out};
 }
 
 }  // namespace attnlab::catalog

@@ -1,11 +1,15 @@
-// `attnlab generate`: samples text from a CausalLM checkpoint (nn/lm_checkpoint.hpp), with the
-// decoding cache unless --no-cache. A checkpoint written by experiments/char_lm carries its
-// tokenizer in the metadata ("tokenizer.bytes": the vocabulary's bytes in hex, id order;
-// "tokenizer.unk": whether id 0 is <unk>), so the prompt and the output are text; without a
-// tokenizer, --prompt-ids and the output are token ids.
+// `attnlab generate`: samples text from a CausalLM checkpoint (nn/lm_checkpoint.hpp) or from a
+// run of the runner's `lm` experiment (its directory or checkpoint.safetensors:
+// catalog::load_lm_run), with the decoding cache unless --no-cache. A checkpoint written by
+// experiments/char_lm carries its tokenizer in the metadata ("tokenizer.bytes": the vocabulary's
+// bytes in hex, id order; "tokenizer.unk": whether id 0 is <unk>), and load_lm_run supplies the
+// same from the run's task, so the prompt and the output are text; without a tokenizer,
+// --prompt-ids and the output are token ids.
 #include <chrono>
+#include <filesystem>
 #include <fmt/format.h>
 
+#include "experiments/catalog/models.hpp"
 #include "experiments/cli/commands.hpp"
 #include "nn/generation.hpp"
 #include "nn/lm_checkpoint.hpp"
@@ -13,11 +17,12 @@
 namespace attnlab::cli {
 
 void generate_usage(std::ostream& out) {
-  out << "usage: attnlab generate --checkpoint FILE [--prompt TEXT | --prompt-ids 1,2,3] [--tokens N]\n"
+  out << "usage: attnlab generate --checkpoint FILE|RUN_DIR [--prompt TEXT | --prompt-ids 1,2,3] [--tokens N]\n"
          "                        [--temperature T] [--top-k K] [--seed S] [--no-cache]\n"
          "\n"
          "Samples N tokens (default 200, at most max_len minus the prompt) from a CausalLM checkpoint,\n"
-         "e.g. one written by `build/experiments/char_lm 3500 0 3e-3 lm.safetensors`.\n"
+         "e.g. one written by `build/experiments/char_lm 3500 0 3e-3 lm.safetensors`, or from a run of\n"
+         "`attnlab run lm` (its run directory, or the checkpoint.safetensors in it).\n"
          "  --prompt TEXT      text to continue (default: a newline); needs the checkpoint's tokenizer\n"
          "  --prompt-ids LIST  comma-separated token ids instead\n"
          "  --temperature T    softmax temperature (default 0.8; 0 = greedy)\n"
@@ -67,9 +72,21 @@ std::optional<Tokenizer> read_tokenizer(const Metadata& m, const std::string& pa
   return t;
 }
 
+// A run directory of the runner, or a file inside one (next to its meta.json and config.toml),
+// is a run; any other file a CausalLM checkpoint.
+nn::LoadedLM load_model(const std::string& path) {
+  namespace fs = std::filesystem;
+  const fs::path p(path);
+  const fs::path dir = fs::is_directory(p) ? p : p.parent_path();
+  if (fs::exists(dir / "meta.json") && fs::exists(dir / "config.toml")) return catalog::load_lm_run(p);
+  if (fs::is_directory(p))
+    fail<FileError>("{}: a directory, but not a run directory (no meta.json and config.toml)", path);
+  return nn::load_causal_lm(path);
+}
+
 int generate(const ArgList& a, std::ostream& out, std::ostream& err) {
   const std::string path = a.require("--checkpoint");
-  nn::LoadedLM lm = nn::load_causal_lm(path);
+  nn::LoadedLM lm = load_model(path);
   const int64_t max_len = lm.model->config.max_len, vocab = lm.model->config.vocab_size;
   std::optional<Tokenizer> tok = read_tokenizer(lm.metadata, path, vocab);
   Tensor prompt;
