@@ -218,7 +218,8 @@ void check_same_tensors(const nn::Module& model, const TensorMap& w, const std::
     auto it = w.find(name);
     if (it == w.end()) problems.push_back(fmt::format("'model.{}' missing", name));
     else if (it->second.shape() != t.shape())
-      problems.push_back(fmt::format("'model.{}' is {}, the config builds {}", name, shape_text(it->second), shape_text(t)));
+      problems.push_back(
+          fmt::format("'model.{}' is {}, the config builds {}", name, shape_text(it->second), shape_text(t)));
   }
   for (const auto& [name, t] : w)
     if (!mine.count(name)) problems.push_back(fmt::format("'model.{}' is not in the model the config builds", name));

@@ -25,7 +25,8 @@ inline int run(int argc, char** argv, const std::string& title, void (*lesson)()
   return attnlab::runner::guarded(program.c_str(), [&] {
     const std::string arg = argc > 1 ? argv[1] : "";
     if (argc == 2 && (arg == "--help" || arg == "-h")) {
-      fmt::print("Usage: {} [--help]\n\n{}\n\nRuns the lesson: prints its explanation, the tensors it computes and the\n"
+      fmt::print("Usage: {} [--help]\n\n{}\n\n"
+                 "Runs the lesson: prints its explanation, the tensors it computes and the\n"
                  "claims it checks; exit status 1 when a claim fails (docs/tutorial.md).\n",
                  program, title);
       return 0;

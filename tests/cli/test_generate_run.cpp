@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "cli/command_run.hpp"
 #include "experiments/catalog/models.hpp"
 #include "experiments/cli/commands.hpp"
 #include "helpers.hpp"
@@ -16,16 +17,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Run {
-  int status;
-  std::string out, err;
-};
-
-Run generate(const std::vector<std::string>& args) {
-  std::ostringstream out, err;
-  int status = cli::run_generate(args, out, err);
-  return {status, out.str(), err.str()};
-}
+CommandRun generate(const std::vector<std::string>& args) { return run_command(cli::run_generate, args); }
 
 // A tiny lm run (width 16, one block, context 24, 3 steps) into a fresh directory.
 fs::path tiny_lm_run(const std::string& name) {
@@ -53,12 +45,12 @@ void edit_config(const fs::path& dir, const std::string& from, const std::string
 
 TEST_CASE("generate: samples text from an lm run directory and from its checkpoint file alike") {
   const fs::path dir = tiny_lm_run("ok");
-  Run from_dir = generate({"--checkpoint", dir.string(), "--prompt", "The ", "--tokens", "10", "--seed", "3"});
+  CommandRun from_dir = generate({"--checkpoint", dir.string(), "--prompt", "The ", "--tokens", "10", "--seed", "3"});
   REQUIRE_MESSAGE(from_dir.status == 0, from_dir.err);
   CHECK(from_dir.out.rfind("The ", 0) == 0);  // text, not ids: the run's tokenizer
   CHECK(from_dir.out.size() == 4 + 10 + 1);    // prompt, 10 characters, newline
-  Run from_file = generate({"--checkpoint", (dir / "checkpoint.safetensors").string(), "--prompt", "The ", "--tokens",
-                            "10", "--seed", "3", "--no-cache"});
+  CommandRun from_file = generate({"--checkpoint", (dir / "checkpoint.safetensors").string(), "--prompt", "The ",
+                                   "--tokens", "10", "--seed", "3", "--no-cache"});
   REQUIRE_MESSAGE(from_file.status == 0, from_file.err);
   CHECK(from_file.out == from_dir.out);  // same weights, same seed, cache or not
 
@@ -73,13 +65,13 @@ TEST_CASE("generate: samples text from an lm run directory and from its checkpoi
 TEST_CASE("generate: a run whose config.toml does not fit its checkpoint is refused, naming the tensor") {
   const fs::path dir = tiny_lm_run("misfit");
   edit_config(dir, "d_model = 16", "d_model = 32");
-  Run wide = generate({"--checkpoint", dir.string(), "--tokens", "5"});
+  CommandRun wide = generate({"--checkpoint", dir.string(), "--tokens", "5"});
   CHECK(wide.status == 1);
   CHECK(wide.err.find("'model.tok_emb.weight' has shape") != std::string::npos);
   CHECK(wide.err.find("model.d_model 32") != std::string::npos);
   edit_config(dir, "d_model = 32", "d_model = 16");
   edit_config(dir, "layers = 1", "layers = 2");
-  Run deep = generate({"--checkpoint", dir.string(), "--tokens", "5"});
+  CommandRun deep = generate({"--checkpoint", dir.string(), "--tokens", "5"});
   CHECK(deep.status == 1);
   CHECK(deep.err.find("holds 1 blocks, but the run's config.toml gives model.layers = 2") != std::string::npos);
   fs::remove_all(dir);
@@ -88,14 +80,14 @@ TEST_CASE("generate: a run whose config.toml does not fit its checkpoint is refu
 TEST_CASE("generate: a classifier run or a plain directory is a clear error, not a crash") {
   const fs::path dir = fresh_run_dir("generate_run", "classifier");
   REQUIRE(run_catalog("example", dir, {"train.steps=2"}, {}) == 0);
-  Run classifier = generate({"--checkpoint", dir.string()});
+  CommandRun classifier = generate({"--checkpoint", dir.string()});
   CHECK(classifier.status == 1);
   CHECK(classifier.err.find("not language modelling") != std::string::npos);
   fs::remove_all(dir);
 
   const fs::path plain = fresh_run_dir("generate_run", "plain");
   fs::create_directories(plain);
-  Run not_run = generate({"--checkpoint", plain.string()});
+  CommandRun not_run = generate({"--checkpoint", plain.string()});
   CHECK(not_run.status == 1);
   CHECK(not_run.err.find("not a run directory") != std::string::npos);
   fs::remove_all(plain);
