@@ -96,12 +96,20 @@ void check_model(const Config& c) {
   positions(c);
   const std::string& text = c.get_string("model.attention");
   try {
-    nn::TransformerBlock probe(block(c));
+    const nn::BlockConfig b = block(c);  // ConfigError for a key out of range
+    const std::string effective =
+        b.attention == text ? "" : fmt::format(" (as \"{}\" with model.heads / model.key_size)", b.attention);
+    try {
+      nn::TransformerBlock probe(b);
+    } catch (const Error& e) {
+      fail<ConfigError>("model.attention = \"{}\" (from {}){} with model.d_model = {} does not build: {}", text,
+                        c.origin("model.attention"), effective, b.d_model, e.what());
+    }
   } catch (const ConfigError&) {
     throw;
-  } catch (const Error& e) {
-    fail<ConfigError>("model.attention = \"{}\" (from {}) with model.d_model = {} does not build: {}", text,
-                      c.origin("model.attention"), c.get_int("model.d_model"), e.what());
+  } catch (const Error& e) {  // the spec does not parse
+    fail<ConfigError>("model.attention = \"{}\" (from {}) does not parse: {}", text, c.origin("model.attention"),
+                      e.what());
   }
 }
 

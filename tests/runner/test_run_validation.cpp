@@ -1,13 +1,15 @@
 // `attnlab run` before it runs (experiments/runner/experiment.hpp): the whole config validated
 // before the run directory exists (the catalog's check_model builds the attention), a complete
 // run asked with another config refused with every differing key, --force setting the old
-// directory aside as DIR.old-N, and --dry-run printing the resolved config and creating nothing.
+// directory aside as DIR.old-N, --dry-run printing the resolved config and creating nothing, and
+// the sweep's validation applying the same check.
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "experiments/catalog/models.hpp"
 #include "experiments/runner/experiment.hpp"
+#include "experiments/runner/sweep.hpp"
 #include "runner/run_helpers.hpp"
 
 using namespace attnlab;
@@ -143,5 +145,25 @@ TEST_CASE("run: --dry-run validates, prints the resolved config as TOML and crea
   fs::path old1 = dir;
   old1 += ".old-1";
   CHECK_FALSE(fs::exists(old1));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("sweep --dry-run: every run's config goes through the experiment's check, as `attnlab run` does") {
+  const fs::path dir = fresh_run_dir("sweep_check");
+  fs::create_directories(dir);
+  const fs::path file = dir / "heads.toml";
+  // model.heads = 3 overrides mha(heads=4): the spec alone builds, the model's width does not split in 3.
+  write_text_atomic(file.string(), "experiment = \"classify\"\n[set]\n\"model.d_model\" = 64\n"
+                                   "\"model.attention\" = \"mha(heads=4)\"\n[grid]\n\"model.heads\" = [4, 3]\n");
+  std::ostringstream out;
+  try {
+    dry_run_sweep(file.string(), out);
+    FAIL("the sweep was accepted");
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    CHECK(has(msg, "heads.toml: run 1 (model.heads=3, seed=0)"));
+    CHECK(has(msg, "(as \"mha(heads=3)\" with model.heads / model.key_size)"));
+    CHECK(has(msg, "does not build"));
+  }
   fs::remove_all(dir);
 }
