@@ -5,8 +5,8 @@
 #include "nn/attention/registry.hpp"
 
 using namespace attnlab;
-using tutorial::say;
 using tutorial::check;
+using tutorial::say;
 
 namespace {
 
