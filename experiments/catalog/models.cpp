@@ -188,26 +188,27 @@ Config run_config(const std::filesystem::path& dir) {
   return config;
 }
 
-// The model's tensors of a runner checkpoint (saved under "model."), the prefix removed.
-TensorMap model_tensors(const TensorMap& state) {
-  TensorMap weights;
+// The model's entries of a runner checkpoint (saved under "model."), the prefix removed.
+template <class T>
+std::map<std::string, T> model_entries(const std::map<std::string, T>& state) {
+  std::map<std::string, T> out;
   for (const auto& [k, v] : state)
-    if (k.rfind("model.", 0) == 0) weights[k.substr(6)] = v;
-  return weights;
+    if (k.rfind("model.", 0) == 0) out[k.substr(6)] = v;
+  return out;
 }
 
-std::string shape_text(const Tensor& t) { return to_string(t.shape()); }
+using Shapes = std::map<std::string, Dims>;
 
-// Checks the checkpoint's tensors against the shapes the config gives before the model is built:
+// Checks the checkpoint's shapes against those the config gives before the model is built:
 // tok_emb (V, D), pos_emb (context, D) with learned positions, lm_head (V, D), model.layers blocks.
-void check_lm_tensors(const TensorMap& w, const nn::LMConfig& l, const std::string& file) {
+void check_lm_shapes(const Shapes& w, const nn::LMConfig& l, const std::string& file) {
   const int64_t V = l.vocab_size, D = l.block.d_model;
   auto expect = [&](const std::string& name, Dims shape, const std::string& from) {
     auto it = w.find(name);
     if (it == w.end()) fail<FileError>("{}: no tensor 'model.{}' (the run's config.toml gives {})", file, name, from);
-    if (it->second.shape() != shape)
+    if (it->second != shape)
       fail<FileError>("{}: 'model.{}' has shape {}, but the run's config.toml gives {} ({})", file, name,
-                      shape_text(it->second), to_string(shape), from);
+                      to_string(it->second), to_string(shape), from);
   };
   expect("tok_emb.weight", {V, D}, fmt::format("vocabulary {} x model.d_model {}", V, D));
   expect("lm_head.weight", {V, D}, fmt::format("vocabulary {} x model.d_model {}", V, D));
@@ -219,17 +220,18 @@ void check_lm_tensors(const TensorMap& w, const nn::LMConfig& l, const std::stri
 }
 
 // Every name and shape of `model` equal to the checkpoint's, or a FileError listing the first differences.
-void check_same_tensors(const nn::Module& model, const TensorMap& w, const std::string& file) {
+void check_same_shapes(const nn::Module& model, const Shapes& w, const std::string& file) {
   std::vector<std::string> problems;
   const TensorMap mine = model.state_dict();
   for (const auto& [name, t] : mine) {
     auto it = w.find(name);
-    if (it == w.end()) problems.push_back(fmt::format("'model.{}' missing", name));
-    else if (it->second.shape() != t.shape())
+    if (it == w.end())
+      problems.push_back(fmt::format("'model.{}' missing", name));
+    else if (it->second != t.shape())
       problems.push_back(
-          fmt::format("'model.{}' is {}, the config builds {}", name, shape_text(it->second), shape_text(t)));
+          fmt::format("'model.{}' is {}, the config builds {}", name, to_string(it->second), to_string(t.shape())));
   }
-  for (const auto& [name, t] : w)
+  for (const auto& [name, shape] : w)
     if (!mine.count(name)) problems.push_back(fmt::format("'model.{}' is not in the model the config builds", name));
   if (problems.empty()) return;
   if (problems.size() > 4) problems.resize(4), problems.push_back("...");
@@ -246,7 +248,7 @@ LoadedRun load_run(const std::filesystem::path& dir) {
   auto model = build_model(config, task);
   Metadata md;
   TensorMap state = load_safetensors((dir / "checkpoint.safetensors").string(), &md);
-  model->load_state_dict(model_tensors(state));
+  model->load_state_dict(model_entries(state));
   model->eval();
   return {std::move(config), std::move(task), model, md.count("step") ? std::stoll(md["step"]) : 0};
 }
@@ -264,18 +266,18 @@ nn::LoadedLM load_lm_run(const std::filesystem::path& path) {
   if (!std::filesystem::exists(file))
     fail<FileError>("{}: no checkpoint (the run saved none yet)", file);
   Metadata md;
-  const TensorMap weights = model_tensors(load_safetensors(file, &md));
-  nn::LMConfig l;  // what build_lm builds, to check the tensors before allocating the model
+  const Shapes shapes = model_entries(safetensors_shapes(file, &md));  // the header only
+  nn::LMConfig l;  // what build_lm builds, to check the shapes before allocating the model
   l.block.d_model = config.get_int("model.d_model");
   l.layers = config.get_int("model.layers");
   l.vocab_size = task.vocab_size;
   l.max_len = task.seq_len;
   l.positions = positions(config);
-  check_lm_tensors(weights, l, file);
+  check_lm_shapes(shapes, l, file);
   manual_seed(uint64_t(config.get_int("seed")));
   std::shared_ptr<nn::CausalLM> model = build_lm(config, task);
-  check_same_tensors(*model, weights, file);
-  model->load_state_dict(weights);
+  check_same_shapes(*model, shapes, file);
+  model->load_state_dict(model_entries(load_safetensors(file)));
   model->eval();
   std::string hex;
   for (unsigned char b : task.token_bytes) hex += fmt::format("{:02x}", b);

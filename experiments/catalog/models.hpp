@@ -76,8 +76,9 @@ LoadedRun load_run(const std::filesystem::path& run_dir);
 // The CausalLM of a run whose experiment trains one on a language-modelling task (the catalog's
 // `lm`), for `attnlab generate`: `path` is the run directory or its checkpoint.safetensors. The
 // model is built from the run's config.toml (vocabulary and context from the task it names)
-// after the checkpoint's "model." tensors are checked against the config (embedding width and
-// vocabulary, position table, block count), and loaded once every name and shape matches. The
+// after the shapes of the checkpoint's "model." tensors, read from its header alone, are checked
+// against the config (embedding width and vocabulary, position table, block count); the weights
+// are read and loaded once every name and shape matches the built model. The
 // metadata holds the tokenizer as `attnlab generate` reads it ("tokenizer.bytes": the bytes of
 // ids 0..V-1 in hex, "tokenizer.unk": "true" when id 0 is <unk>) and the checkpoint's "step".
 // FileError naming the file for a missing file, a run of a non-LM task, or tensors that do not
