@@ -75,7 +75,8 @@ struct Experiment {
   std::map<std::string, std::string> presets;  // preset name -> TOML overrides
   std::function<void(const Config&, RunContext&)> run;
   // Optional: validates a resolved config before the run directory is created (ConfigError or
-  // another Error for a config the run would reject). Must not depend on the run directory.
+  // another Error for a config the run would reject). Must not depend on the run directory or on
+  // `seed` (the sweep checks each config once for all its seeds).
   std::function<void(const Config&)> check = {};
 };
 
