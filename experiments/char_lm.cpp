@@ -2,9 +2,12 @@
 // `fortunes`), trained with AdamW; reports validation bits per character.
 //
 //   build/experiments/char_lm [steps=3500] [seed=0] [lr=3e-3] [checkpoint.safetensors]
+//   build/experiments/char_lm --help
 //
 // With a checkpoint path, the trained model and its tokenizer are saved there for
 // `attnlab generate --checkpoint PATH`.
+#include <CLI/CLI.hpp>
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -12,6 +15,7 @@
 
 #include "attnlab.hpp"
 #include "experiments/data/text.hpp"
+#include "experiments/runner/guard.hpp"
 #include "nn/lm_checkpoint.hpp"
 #include "nn/loss.hpp"
 #include "nn/transformer.hpp"
@@ -42,12 +46,17 @@ double val_bpc(nn::CausalLM& model, const Tensor& val, int64_t seq_len, int64_t 
   return nats / double(count) / std::log(2.0);
 }
 
-}  // namespace
+struct Args {
+  int64_t steps = 3500;
+  uint64_t seed = 0;
+  double lr = 3e-3;
+  std::string checkpoint;  // "" = do not save
+};
 
-int main(int argc, char** argv) {
-  const int64_t steps = argc > 1 ? std::atoll(argv[1]) : 3500;
-  const uint64_t seed = argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 0;
-  const double lr = argc > 3 ? std::atof(argv[3]) : 3e-3;
+int train(const Args& a) {
+  const int64_t steps = a.steps;
+  const uint64_t seed = a.seed;
+  const double lr = a.lr;
   manual_seed(seed);
   data::TextCorpus text = data::load_fortunes("char");
   const int64_t seq_len = 128, batch = 32;
@@ -85,13 +94,38 @@ int main(int argc, char** argv) {
     }
   }
   std::printf("final validation %.3f bits per character\n", val_bpc(model, text.val, seq_len, 4000));
-  if (argc > 4) {
+  if (!a.checkpoint.empty()) {
     std::string hex;
     for (unsigned char b : text.byte_of) hex += fmt::format("{:02x}", b);
-    nn::save_causal_lm(argv[4], model,
+    nn::save_causal_lm(a.checkpoint, model,
                        {{"tokenizer.bytes", hex}, {"tokenizer.unk", text.has_unk ? "true" : "false"},
                         {"train.steps", std::to_string(steps)}});
-    std::printf("saved %s (attnlab generate --checkpoint %s)\n", argv[4], argv[4]);
+    std::printf("saved %s (attnlab generate --checkpoint %s)\n", a.checkpoint.c_str(), a.checkpoint.c_str());
   }
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return runner::guarded("char_lm", [&] {
+    Args a;
+    CLI::App app{"A 2-layer causal character LM (mha(heads=4), d_model 128, context 128) on the fortunes corpus, "
+                 "trained with AdamW; prints train and validation bits per character.",
+                 "char_lm"};
+    app.add_option("steps", a.steps, "optimizer steps (default 3500)");
+    app.add_option("seed", a.seed, "random seed (default 0)");
+    app.add_option("lr", a.lr, "peak learning rate (default 3e-3)");
+    app.add_option("checkpoint", a.checkpoint,
+                   "save the model and its tokenizer here for `attnlab generate --checkpoint FILE`");
+    app.footer("Example: build/experiments/char_lm 3500 0 3e-3 lm.safetensors");
+    try {
+      app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+      return app.exit(e) == 0 ? 0 : int(runner::kGuardUsage);  // --help: 0; a bad argument: 2
+    }
+    if (a.steps < 1) fail<runner::UsageError>("steps must be >= 1, got {}", a.steps);
+    if (!(a.lr > 0)) fail<runner::UsageError>("lr must be > 0, got {}", a.lr);
+    return train(a);
+  });
 }

@@ -3,14 +3,18 @@
 // EncoderClassifier assembly with `mha`, the fused cross-entropy, and the optimizer.
 //
 //   build/experiments/vit_fashion_mnist [epochs=5] [seed=0]
+//   build/experiments/vit_fashion_mnist --help
 //
 // Prints the loss, throughput and test accuracy after every epoch.
+#include <CLI/CLI.hpp>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 
 #include "attnlab.hpp"
 #include "experiments/data/fashion_mnist.hpp"
+#include "experiments/runner/guard.hpp"
 #include "nn/loss.hpp"
 #include "nn/transformer.hpp"
 #include "optim/adam.hpp"
@@ -34,11 +38,7 @@ double accuracy(nn::EncoderClassifier& model, const Tensor& x, const Tensor& y) 
   return double(correct) / double(n);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  const int epochs = argc > 1 ? std::atoi(argv[1]) : 5;
-  const uint64_t seed = argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 0;
+int train(int epochs, uint64_t seed) {
   manual_seed(seed);
   auto train = data::load_fashion_mnist("train"), test = data::load_fashion_mnist("test");
   Tensor xtr = data::as_patches(train.images), xte = data::as_patches(test.images);  // (N, 49, 16)
@@ -82,4 +82,26 @@ int main(int argc, char** argv) {
   }
   std::printf("final test accuracy %.4f\n", acc);
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return runner::guarded("vit_fashion_mnist", [&] {
+    int epochs = 5;
+    uint64_t seed = 0;
+    CLI::App app{"A small Vision Transformer (3 layers, mha(heads=4), d_model 64) on Fashion-MNIST 4x4 patches, "
+                 "trained with AdamW; prints loss, throughput and test accuracy after every epoch.",
+                 "vit_fashion_mnist"};
+    app.add_option("epochs", epochs, "epochs over the 60000 training images (default 5)");
+    app.add_option("seed", seed, "random seed (default 0)");
+    app.footer("Needs the Fashion-MNIST files (experiments/data/fashion_mnist.hpp).");
+    try {
+      app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+      return app.exit(e) == 0 ? 0 : int(runner::kGuardUsage);  // --help: 0; a bad argument: 2
+    }
+    if (epochs < 1) fail<runner::UsageError>("epochs must be >= 1, got {}", epochs);
+    return train(epochs, seed);
+  });
 }

@@ -30,6 +30,9 @@ using Metadata = std::map<std::string, std::string>;
 // Reads every tensor; `metadata` (optional) receives the file's "__metadata__" strings (empty
 // when the file has none). The tensors must tile the data buffer exactly, as the format requires.
 TensorMap load_safetensors(const std::string& path, Metadata* metadata = nullptr);
+// The shape of every tensor, from the header alone (checked as load_safetensors checks it; no
+// tensor data is read): to compare a file with a model before allocating anything.
+std::map<std::string, Dims> safetensors_shapes(const std::string& path, Metadata* metadata = nullptr);
 // Writes tensors sorted by name (any layout; stored C-contiguous), the header padded with spaces
 // to a multiple of 8 bytes, as the reference writer does.
 void save_safetensors(const std::string& path, const TensorMap& tensors, const Metadata& metadata = {});

@@ -88,8 +88,14 @@ Entry parse_entry(const std::string& path, const std::string& name, const json::
   return e;
 }
 
-TensorMap load_impl(const std::string& path, Metadata* metadata) {
-  io_detail::InFile f(path);
+// A validated header: the tensors in byte order (tiling the data buffer exactly) and the metadata.
+struct Header {
+  std::vector<Entry> entries;
+  Metadata meta;
+  int64_t data_start = 0;  // file offset of the data buffer
+};
+
+Header read_header(io_detail::InFile& f, const std::string& path) {
   const int64_t size = f.size();
   if (size < 8) file_fail(path, "truncated: {} bytes is too short for the 8-byte header length", size);
   unsigned char len_bytes[8];
@@ -157,11 +163,42 @@ TensorMap load_impl(const std::string& path, Metadata* metadata) {
     file_fail(path, "the data buffer has {} bytes but the tensors cover only {}: {} unexpected bytes at the end",
               buffer, covered, buffer - covered);
 
+  Header h;
+  for (const Entry* e : order) h.entries.push_back(*e);
+  h.meta = std::move(meta);
+  h.data_start = data_start;
+  return h;
+}
+
+TensorMap load_impl(const std::string& path, Metadata* metadata) {
+  io_detail::InFile f(path);
+  Header h = read_header(f, path);
   TensorMap out;
-  for (const Entry* e : order)
-    out[e->name] = f.read_tensor(data_start + e->begin, e->dtype.type, false, Dims(e->shape), "tensor " + q(e->name));
-  if (metadata) *metadata = std::move(meta);
+  for (const Entry& e : h.entries)
+    out[e.name] = f.read_tensor(h.data_start + e.begin, e.dtype.type, false, Dims(e.shape), "tensor " + q(e.name));
+  if (metadata) *metadata = std::move(h.meta);
   return out;
+}
+
+std::map<std::string, Dims> shapes_impl(const std::string& path, Metadata* metadata) {
+  io_detail::InFile f(path);
+  Header h = read_header(f, path);
+  std::map<std::string, Dims> out;
+  for (const Entry& e : h.entries) out[e.name] = Dims(e.shape);
+  if (metadata) *metadata = std::move(h.meta);
+  return out;
+}
+
+// Any error a malformed file provokes is a FileError naming the path.
+template <class F>
+auto as_file_error(const std::string& path, F&& body) {
+  try {
+    return body();
+  } catch (const FileError&) {
+    throw;
+  } catch (const Error& e) {
+    file_fail(path, "{}", e.what());
+  }
 }
 
 const char* code_of(DType t) {
@@ -177,13 +214,11 @@ const char* code_of(DType t) {
 }  // namespace
 
 TensorMap load_safetensors(const std::string& path, Metadata* metadata) {
-  try {
-    return load_impl(path, metadata);
-  } catch (const FileError&) {
-    throw;
-  } catch (const Error& e) {  // anything else a malformed file provokes is still a file error
-    file_fail(path, "{}", e.what());
-  }
+  return as_file_error(path, [&] { return load_impl(path, metadata); });
+}
+
+std::map<std::string, Dims> safetensors_shapes(const std::string& path, Metadata* metadata) {
+  return as_file_error(path, [&] { return shapes_impl(path, metadata); });
 }
 
 void save_safetensors(const std::string& path, const TensorMap& tensors, const Metadata& metadata) {

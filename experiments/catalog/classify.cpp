@@ -59,6 +59,7 @@ const bool registered = register_experiment({
                  "task.length = 256\nmodel.d_model = 128\nmodel.ffn_hidden = 256\ntrain.steps = 5000\n"
                  "train.batch_size = 32\ntrain.warmup = 200\ntrain.eval_every = 500\ntrain.checkpoint_every = 500\n"}},
     .run = run_classify,
+    .check = check_model,
 });
 
 }  // namespace

@@ -285,6 +285,7 @@ const bool registered = register_experiment({
                  "train.eval_every = 250\ncollab.shared_key_sizes = \"4,8,16,32,64,128\"\n"
                  "collab.finetune_steps = 500\ncollab.cp_iterations = 1000\n"}},
     .run = run_collab,
+    .check = check_model,
 });
 
 }  // namespace

@@ -55,6 +55,7 @@ const bool registered = register_experiment({
     .presets = {{"quick", "task.num_pairs = 4\ntask.num_keys = 8\ntask.num_values = 8\ntrain.steps = 600\n"},
                 {"full", "train.steps = 2000\ntask.train_size = 20000\nmodel.layers = 2\n"}},
     .run = run_example,
+    .check = check_model,  // the attention spec and model shapes, before the run directory exists
 });
 
 }  // namespace

@@ -296,6 +296,7 @@ const bool registered = register_experiment({
                  "model.attention = \"mha(heads=8,gate=hard_concrete,gate_init=0.25)\"\nmodel.layers = 3\nmodel.ffn_hidden = 256\n"
                  "train.steps = 3000\ntrain.eval_every = 100\n"}},
     .run = run_pruning,
+    .check = check_model,
 });
 
 }  // namespace

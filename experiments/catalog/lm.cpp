@@ -110,6 +110,7 @@ const bool registered = register_experiment({
                 {"full", "train.steps = 3500\ntrain.batch_size = 32\ntrain.warmup = 200\ntrain.eval_every = 500\n"
                          "train.checkpoint_every = 500\n"}},
     .run = run_lm,
+    .check = check_model,
 });
 
 }  // namespace

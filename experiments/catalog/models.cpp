@@ -4,6 +4,7 @@
 #include <fstream>
 #include <sstream>
 
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "autograd/grad_mode.hpp"
@@ -72,7 +73,45 @@ nn::BlockConfig block(const Config& c) {
   return b;
 }
 
+std::string pooling(const Config& c) {
+  const std::string p = c.get_string("model.pooling");
+  if (p != "cls" && p != "mean")
+    fail<ConfigError>("model.pooling must be cls or mean, got '{}' (from {})", p, c.origin("model.pooling"));
+  return p;
+}
+
+// model.positions where the schema has it, else learned.
+std::string positions(const Config& c) {
+  if (!c.schema().find("model.positions")) return "learned";
+  const std::string p = c.get_string("model.positions");
+  if (p != "learned" && p != "none")
+    fail<ConfigError>("model.positions must be learned or none, got '{}' (from {})", p, c.origin("model.positions"));
+  return p;
+}
+
 }  // namespace
+
+void check_model(const Config& c) {
+  pooling(c);
+  positions(c);
+  const std::string& text = c.get_string("model.attention");
+  try {
+    const nn::BlockConfig b = block(c);  // ConfigError for a key out of range
+    const std::string effective =
+        b.attention == text ? "" : fmt::format(" (as \"{}\" with model.heads / model.key_size)", b.attention);
+    try {
+      nn::TransformerBlock probe(b);
+    } catch (const Error& e) {
+      fail<ConfigError>("model.attention = \"{}\" (from {}){} with model.d_model = {} does not build: {}", text,
+                        c.origin("model.attention"), effective, b.d_model, e.what());
+    }
+  } catch (const ConfigError&) {
+    throw;
+  } catch (const Error& e) {  // the spec does not parse
+    fail<ConfigError>("model.attention = \"{}\" (from {}) does not parse: {}", text, c.origin("model.attention"),
+                      e.what());
+  }
+}
 
 std::shared_ptr<nn::EncoderClassifier> build_classifier(const Config& c, const TaskData& t) {
   if (t.language_model || t.per_position)
@@ -86,9 +125,7 @@ std::shared_ptr<nn::EncoderClassifier> build_classifier(const Config& c, const T
   e.input_dim = t.input_dim;
   e.max_len = t.seq_len;
   e.num_classes = t.num_classes;
-  e.pooling = c.get_string("model.pooling");
-  if (e.pooling != "cls" && e.pooling != "mean")
-    fail<ConfigError>("model.pooling must be cls or mean, got '{}' (from {})", e.pooling, c.origin("model.pooling"));
+  e.pooling = pooling(c);
   return std::make_shared<nn::EncoderClassifier>(e);
 }
 
@@ -106,12 +143,7 @@ std::shared_ptr<nn::CausalLM> build_lm(const Config& c, const TaskData& t) {
   l.layers = c.get_int("model.layers");
   l.vocab_size = t.vocab_size;
   l.max_len = t.seq_len;
-  if (c.schema().find("model.positions")) {
-    l.positions = c.get_string("model.positions");
-    if (l.positions != "learned" && l.positions != "none")
-      fail<ConfigError>("model.positions must be learned or none, got '{}' (from {})", l.positions,
-                        c.origin("model.positions"));
-  }
+  l.positions = positions(c);
   return std::make_shared<nn::CausalLM>(l);
 }
 
@@ -139,7 +171,10 @@ Scores evaluate_classifier(nn::EncoderClassifier& model, const TaskData& task, c
   return {n ? double(correct) / double(n) : 0, n ? loss_sum / double(n) : 0};
 }
 
-LoadedRun load_run(const std::filesystem::path& dir) {
+namespace {
+
+// A run directory's config: the experiment named in meta.json, config.toml resolved against its schema.
+Config run_config(const std::filesystem::path& dir) {
   std::ifstream in(dir / "meta.json");
   if (!in) fail<FileError>("{}: cannot read (not a run directory?)", (dir / "meta.json").string());
   std::stringstream ss;
@@ -150,17 +185,105 @@ LoadedRun load_run(const std::filesystem::path& dir) {
   const auto& e = runner::find_experiment(meta["experiment"].get<std::string>());
   Config config(e.schema);
   config.merge_file((dir / "config.toml").string());
+  return config;
+}
+
+// The model's entries of a runner checkpoint (saved under "model."), the prefix removed.
+template <class T>
+std::map<std::string, T> model_entries(const std::map<std::string, T>& state) {
+  std::map<std::string, T> out;
+  for (const auto& [k, v] : state)
+    if (k.rfind("model.", 0) == 0) out[k.substr(6)] = v;
+  return out;
+}
+
+using Shapes = std::map<std::string, Dims>;
+
+// Checks the checkpoint's shapes against those the config gives before the model is built:
+// tok_emb (V, D), pos_emb (context, D) with learned positions, lm_head (V, D), model.layers blocks.
+void check_lm_shapes(const Shapes& w, const nn::LMConfig& l, const std::string& file) {
+  const int64_t V = l.vocab_size, D = l.block.d_model;
+  auto expect = [&](const std::string& name, Dims shape, const std::string& from) {
+    auto it = w.find(name);
+    if (it == w.end()) fail<FileError>("{}: no tensor 'model.{}' (the run's config.toml gives {})", file, name, from);
+    if (it->second != shape)
+      fail<FileError>("{}: 'model.{}' has shape {}, but the run's config.toml gives {} ({})", file, name,
+                      to_string(it->second), to_string(shape), from);
+  };
+  expect("tok_emb.weight", {V, D}, fmt::format("vocabulary {} x model.d_model {}", V, D));
+  expect("lm_head.weight", {V, D}, fmt::format("vocabulary {} x model.d_model {}", V, D));
+  if (l.positions == "learned") expect("pos_emb.weight", {l.max_len, D}, fmt::format("task.length {} rows", l.max_len));
+  int64_t blocks = 0;
+  while (w.count(fmt::format("blocks.{}.norm1.weight", blocks))) ++blocks;
+  if (blocks != l.layers)
+    fail<FileError>("{}: holds {} blocks, but the run's config.toml gives model.layers = {}", file, blocks, l.layers);
+}
+
+// Every name and shape of `model` equal to the checkpoint's, or a FileError listing the first differences.
+void check_same_shapes(const nn::Module& model, const Shapes& w, const std::string& file) {
+  std::vector<std::string> problems;
+  const TensorMap mine = model.state_dict();
+  for (const auto& [name, t] : mine) {
+    auto it = w.find(name);
+    if (it == w.end())
+      problems.push_back(fmt::format("'model.{}' missing", name));
+    else if (it->second != t.shape())
+      problems.push_back(
+          fmt::format("'model.{}' is {}, the config builds {}", name, to_string(it->second), to_string(t.shape())));
+  }
+  for (const auto& [name, shape] : w)
+    if (!mine.count(name)) problems.push_back(fmt::format("'model.{}' is not in the model the config builds", name));
+  if (problems.empty()) return;
+  if (problems.size() > 4) problems.resize(4), problems.push_back("...");
+  fail<FileError>("{}: the checkpoint does not fit the model of the run's config.toml: {}", file,
+                  fmt::format("{}", fmt::join(problems, "; ")));
+}
+
+}  // namespace
+
+LoadedRun load_run(const std::filesystem::path& dir) {
+  Config config = run_config(dir);
   TaskData task = runner::make_task(config);
   manual_seed(uint64_t(config.get_int("seed")));
   auto model = build_model(config, task);
   Metadata md;
   TensorMap state = load_safetensors((dir / "checkpoint.safetensors").string(), &md);
-  TensorMap weights;
-  for (auto& [k, v] : state)
-    if (k.rfind("model.", 0) == 0) weights[k.substr(6)] = v;
-  model->load_state_dict(weights);
+  model->load_state_dict(model_entries(state));
   model->eval();
   return {std::move(config), std::move(task), model, md.count("step") ? std::stoll(md["step"]) : 0};
+}
+
+nn::LoadedLM load_lm_run(const std::filesystem::path& path) {
+  const bool is_dir = std::filesystem::is_directory(path);
+  const std::filesystem::path dir = is_dir ? path : path.parent_path();
+  const std::string file = (is_dir ? path / "checkpoint.safetensors" : path).string();
+  Config config = run_config(dir);
+  TaskData task = runner::make_task(config);
+  if (!task.language_model)
+    fail<FileError>("{}: a run of task '{}', which is not language modelling: generate samples from the runs of "
+                    "an LM experiment (attnlab run lm)",
+                    dir.string(), task.name);
+  if (!std::filesystem::exists(file))
+    fail<FileError>("{}: no checkpoint (the run saved none yet)", file);
+  Metadata md;
+  const Shapes shapes = model_entries(safetensors_shapes(file, &md));  // the header only
+  nn::LMConfig l;  // what build_lm builds, to check the shapes before allocating the model
+  l.block.d_model = config.get_int("model.d_model");
+  l.layers = config.get_int("model.layers");
+  l.vocab_size = task.vocab_size;
+  l.max_len = task.seq_len;
+  l.positions = positions(config);
+  check_lm_shapes(shapes, l, file);
+  manual_seed(uint64_t(config.get_int("seed")));
+  std::shared_ptr<nn::CausalLM> model = build_lm(config, task);
+  check_same_shapes(*model, shapes, file);
+  model->load_state_dict(model_entries(load_safetensors(file)));
+  model->eval();
+  std::string hex;
+  for (unsigned char b : task.token_bytes) hex += fmt::format("{:02x}", b);
+  Metadata out{{"tokenizer.bytes", hex}, {"tokenizer.unk", task.token_unk ? "true" : "false"}};
+  if (md.count("step")) out["step"] = md["step"];
+  return {model, out};
 }
 
 }  // namespace attnlab::catalog

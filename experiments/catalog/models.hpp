@@ -13,6 +13,7 @@
 
 #include "experiments/runner/config.hpp"
 #include "experiments/runner/task.hpp"
+#include "nn/lm_checkpoint.hpp"
 #include "nn/transformer.hpp"
 
 namespace attnlab::catalog {
@@ -33,6 +34,13 @@ runner::Schema& add_model_keys(runner::Schema& schema, const ModelDefaults& defa
 // model.heads = 8 gives "mha(heads=8)". ConfigError when an override is negative or the variant has
 // no such option (fnet, mixer have no heads).
 std::string attention_spec(const runner::Config& config);
+
+// The Experiment::check of the catalog's experiments, run before a run directory is created: the
+// model.* keys in range, model.pooling and model.positions (where the schema has it) known, and
+// one transformer block built from model.attention (model.heads / model.key_size applied) at
+// model.d_model, so an unknown variant or option, a bad option value or a width the heads do not
+// divide is a ConfigError naming the spec, where it came from and what the layer said.
+void check_model(const runner::Config& config);
 
 // An encoder classifier for a classification task (token or feature inputs, one label per
 // example). ConfigError for a language-modelling or per-position task.
@@ -64,5 +72,17 @@ struct LoadedRun {
   int64_t step;  // of the checkpoint
 };
 LoadedRun load_run(const std::filesystem::path& run_dir);
+
+// The CausalLM of a run whose experiment trains one on a language-modelling task (the catalog's
+// `lm`), for `attnlab generate`: `path` is the run directory or its checkpoint.safetensors. The
+// model is built from the run's config.toml (vocabulary and context from the task it names)
+// after the shapes of the checkpoint's "model." tensors, read from its header alone, are checked
+// against the config (embedding width and vocabulary, position table, block count); the weights
+// are read and loaded once every name and shape matches the built model. The
+// metadata holds the tokenizer as `attnlab generate` reads it ("tokenizer.bytes": the bytes of
+// ids 0..V-1 in hex, "tokenizer.unk": "true" when id 0 is <unk>) and the checkpoint's "step".
+// FileError naming the file for a missing file, a run of a non-LM task, or tensors that do not
+// fit the config.
+nn::LoadedLM load_lm_run(const std::filesystem::path& path);
 
 }  // namespace attnlab::catalog

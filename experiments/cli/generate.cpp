@@ -1,13 +1,17 @@
-// `attnlab generate`: samples text from a CausalLM checkpoint (nn/lm_checkpoint.hpp), with the
-// decoding cache unless --no-cache. A checkpoint written by experiments/char_lm carries its
-// tokenizer in the metadata ("tokenizer.bytes": the vocabulary's bytes in hex, id order;
-// "tokenizer.unk": whether id 0 is <unk>), so the prompt and the output are text; without a
-// tokenizer, --prompt-ids and the output are token ids.
+// `attnlab generate`: samples text from a CausalLM checkpoint (nn/lm_checkpoint.hpp) or from a
+// run of the runner's `lm` experiment (its directory or checkpoint.safetensors:
+// catalog::load_lm_run), with the decoding cache unless --no-cache. A checkpoint written by
+// experiments/char_lm carries its tokenizer in the metadata ("tokenizer.bytes": the vocabulary's
+// bytes in hex, id order; "tokenizer.unk": whether id 0 is <unk>), and load_lm_run supplies the
+// same from the run's task, so the prompt and the output are text; without a tokenizer,
+// --prompt-ids and the output are token ids.
 #include <chrono>
+#include <filesystem>
 #include <optional>
 
 #include <fmt/format.h>
 
+#include "experiments/catalog/models.hpp"
 #include "experiments/cli/commands.hpp"
 #include "nn/generation.hpp"
 #include "nn/lm_checkpoint.hpp"
@@ -54,6 +58,18 @@ std::optional<Tokenizer> read_tokenizer(const Metadata& m, const std::string& pa
   return t;
 }
 
+// A run directory of the runner, or a file inside one (next to its meta.json and config.toml),
+// is a run; any other file a CausalLM checkpoint.
+nn::LoadedLM load_model(const std::string& path) {
+  namespace fs = std::filesystem;
+  const fs::path p(path);
+  const fs::path dir = fs::is_directory(p) ? p : p.parent_path();
+  if (fs::exists(dir / "meta.json") && fs::exists(dir / "config.toml")) return catalog::load_lm_run(p);
+  if (fs::is_directory(p))
+    fail<FileError>("{}: a directory, but not a run directory (no meta.json and config.toml)", path);
+  return nn::load_causal_lm(path);
+}
+
 struct GenerateArgs {
   std::string checkpoint, prompt = "\n";
   std::vector<int64_t> prompt_ids;
@@ -66,7 +82,7 @@ struct GenerateArgs {
 };
 
 void declare_options(CLI::App& cmd, GenerateArgs& a) {
-  cmd.add_option("--checkpoint", a.checkpoint, "a CausalLM checkpoint (nn/lm_checkpoint.hpp)")->required();
+  cmd.add_option("--checkpoint", a.checkpoint, "a CausalLM checkpoint (nn/lm_checkpoint.hpp), or a run directory of `attnlab run lm` or its checkpoint.safetensors")->required();
   auto* prompt = cmd.add_option("--prompt", a.prompt, "text to continue (default: a newline); needs the checkpoint's tokenizer");
   cmd.add_option("--prompt-ids", a.prompt_ids, "comma-separated token ids instead, e.g. 1,2,3")
       ->delimiter(',')
@@ -80,7 +96,7 @@ void declare_options(CLI::App& cmd, GenerateArgs& a) {
 
 int generate(const GenerateArgs& a, std::ostream& out, std::ostream& err) {
   const std::string& path = a.checkpoint;
-  nn::LoadedLM lm = nn::load_causal_lm(path);
+  nn::LoadedLM lm = load_model(path);
   const int64_t max_len = lm.model->config.max_len, vocab = lm.model->config.vocab_size;
   std::optional<Tokenizer> tok = read_tokenizer(lm.metadata, path, vocab);
   Tensor prompt;
@@ -124,13 +140,14 @@ CommandBody define_generate(CLI::App& cmd) {
   declare_options(cmd, *a);
   cmd.footer(
       "Samples tokens from a CausalLM checkpoint, e.g. one written by\n"
-      "`build/experiments/char_lm 3500 0 3e-3 lm.safetensors`, with the decoding cache unless\n"
+      "`build/experiments/char_lm 3500 0 3e-3 lm.safetensors`, or from a run of `attnlab run lm`\n"
+      "(its run directory or its checkpoint.safetensors), with the decoding cache unless\n"
       "--no-cache. Prints the text (or ids without a tokenizer), then a line with tokens/s on stderr.");
   return [a](std::ostream& out, std::ostream& err) { return generate(*a, out, err); };
 }
 
 }  // namespace
 
-const Command kGenerateCommand = {"generate", "sample text from a CausalLM checkpoint", define_generate};
+const Command kGenerateCommand = {"generate", "sample text from a CausalLM checkpoint or an lm run", define_generate};
 
 }  // namespace attnlab::cli

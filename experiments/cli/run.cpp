@@ -103,13 +103,24 @@ void add_run_command(CLI::App& app, int& status, const std::string& command_line
       ->allow_extra_args(false)  // one value per --set, so a later positional is not swallowed
       ->take_all();
   cmd->add_option("--run-dir", *run_dir, "run directory (default runs/<experiment>-<UTC time>)");
+  cmd->add_flag("--force", req->force,
+                "start afresh in a run directory that holds a run (complete or not, any config): the old "
+                "directory is renamed to DIR.old-N, never deleted");
+  auto dry_run = std::make_shared<bool>(false);
+  cmd->add_flag("--dry-run", *dry_run,
+                "validate the config (keys, values, attention spec, model shapes), print it as TOML on stdout "
+                "and say what the run directory would see; create nothing");
   cmd->footer(
+      "The config is validated before the run directory is created. A run directory holding the\n"
+      "same config resumes (unfinished) or does nothing (complete); another config is refused with\n"
+      "every differing key, unless --force.\n"
       "Exit status: 0 complete (or already complete), 1 failed, 2 usage error (bad key, value,\n"
-      "preset, or a run directory holding another config), 3 stopped by SIGINT/SIGTERM after\n"
-      "saving a checkpoint: run the same command again to resume.");
-  cmd->callback([req, run_dir, &status] {
+      "preset, attention spec, or a run directory holding another config), 3 stopped by\n"
+      "SIGINT/SIGTERM after saving a checkpoint: run the same command again to resume.");
+  cmd->callback([req, run_dir, dry_run, &status] {
     req->run_dir = run_dir->empty() ? default_run_dir(req->experiment) : *run_dir;
-    status = runner::run_experiment(*req, std::cerr, isatty(2) != 0);
+    status = *dry_run ? runner::dry_run_experiment(*req, std::cout, std::cerr)
+                      : runner::run_experiment(*req, std::cerr, isatty(2) != 0);
   });
 }
 

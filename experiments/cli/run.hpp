@@ -1,6 +1,6 @@
 // `attnlab run` and `attnlab list` as CLI11 subcommands (docs/experiments.md). main.cpp adds them
 // with one line each; a subcommand's callback stores the exit status in `status`.
-//   attnlab run EXPERIMENT [--preset P] [--config F] [--set K=V]... [--run-dir DIR]
+//   attnlab run EXPERIMENT [--preset P] [--config F] [--set K=V]... [--run-dir DIR] [--force] [--dry-run]
 //   attnlab list [EXPERIMENT]
 #pragma once
 #include <ostream>

@@ -1,6 +1,7 @@
 // The experiment registry, RunContext (logs, metrics, checkpoints, progress, stop signal) and
-// run_experiment, which owns the run directory's life cycle (experiment.hpp): fresh run, resume
-// from checkpoint.safetensors, no-op on a complete run, refusal on a changed config.
+// run_experiment, which owns the run directory's life cycle (experiment.hpp): validation before
+// anything is created, fresh run, resume from checkpoint.safetensors, no-op on a complete run,
+// refusal on a changed config, --force setting the old directory aside; and its dry run.
 #include "experiments/runner/experiment.hpp"
 
 #include <unistd.h>
@@ -396,13 +397,14 @@ void write_meta(const fs::path& dir, const RunRequest& r) {
   write_text_atomic(path.string(), j.dump(2) + "\n");
 }
 
-// The first key whose value differs, as "key (run directory: a, now: b)"; "" when equal.
-std::string first_difference(const Config& old, const Config& now) {
+// Every key whose value differs, as "'key' (run directory: a, now: b)" joined by ", "; "" when equal.
+std::string differences(const Config& old, const Config& now) {
+  std::string out;
   for (const Field& f : now.schema().fields())
     if (old.get(f.key) != now.get(f.key))
-      return fmt::format("'{}' (run directory: {}, now: {})", f.key, to_toml_value(old.get(f.key)),
-                         to_toml_value(now.get(f.key)));
-  return "";
+      out += fmt::format("{}'{}' (run directory: {}, now: {})", out.empty() ? "" : ", ", f.key,
+                         to_toml_value(old.get(f.key)), to_toml_value(now.get(f.key)));
+  return out;
 }
 
 struct SignalGuard {
@@ -457,41 +459,119 @@ int record_failure(const Experiment& e, const fs::path& dir, RunContext* ctx, co
   return kExitFailed;
 }
 
-}  // namespace
+// What a run directory holds, measured against a resolved config (experiment.hpp).
+struct DirState {
+  enum Kind { kFresh, kResume, kComplete, kOtherConfig, kNotARun } kind = kFresh;
+  std::string detail;  // kOtherConfig: the differing keys (or why config.toml does not fit)
+};
 
-int run_experiment(const RunRequest& r, std::ostream& console, bool tty) {
-  const Experiment* e = nullptr;
-  std::optional<Config> config;
+DirState examine_run_dir(const fs::path& dir, const Experiment& e, const Config& config) {
+  if (!fs::exists(dir) || (fs::is_directory(dir) && only_sweep_files(dir))) return {DirState::kFresh, ""};
+  if (!fs::exists(dir / "config.toml")) return {DirState::kNotARun, ""};
+  const bool complete = fs::exists(dir / "summary.json");
+  Config old(e.schema);
+  try {
+    old.merge_file((dir / "config.toml").string());
+  } catch (const ConfigError& ex) {
+    return {DirState::kOtherConfig, ex.what()};
+  }
+  std::string diff = differences(old, config);
+  if (!diff.empty()) return {DirState::kOtherConfig, diff};
+  return {complete ? DirState::kComplete : DirState::kResume, ""};
+}
+
+// The message of a directory that refuses the run (kOtherConfig, kNotARun).
+std::string refusal(const fs::path& dir, const DirState& state) {
+  if (state.kind == DirState::kNotARun)
+    return fmt::format("{} exists and is not a run directory (no config.toml); use another --run-dir", dir.string());
+  const char* what = fs::exists(dir / "summary.json") ? "a complete" : "an unfinished";
+  return fmt::format("{} holds {} run of another config: {}; use --force to start afresh (the old directory is "
+                     "kept as {}.old-N), another --run-dir, or the same config",
+                     dir.string(), what, state.detail, dir.string());
+}
+
+// DIR without a trailing separator, so that DIR.old-N is a sibling.
+fs::path without_trailing_slash(const fs::path& dir) {
+  fs::path d = dir.lexically_normal();
+  return d.has_filename() || !d.has_parent_path() ? d : d.parent_path();
+}
+
+// The first DIR.old-N (N = 1, 2, ...) that does not exist.
+fs::path set_aside_name(const fs::path& dir) {
+  const fs::path d = without_trailing_slash(dir);
+  for (int n = 1;; ++n) {
+    fs::path p = d;
+    p += fmt::format(".old-{}", n);
+    if (!fs::exists(p)) return p;
+  }
+}
+
+// Resolves the request's config and runs the experiment's check; nullopt (after a message) on
+// an error.
+std::optional<Config> validated_config(const RunRequest& r, const Experiment*& e, std::ostream& console) {
   try {
     e = &find_experiment(r.experiment);
-    config.emplace(resolve_config(*e, r.preset, r.config_file, r.sets));
+    Config config = resolve_config(*e, r.preset, r.config_file, r.sets);
+    if (e->check) e->check(config);
+    return config;
   } catch (const Error& ex) {
+    console << "attnlab run: " << ex.what() << "\n";
+    return std::nullopt;
+  }
+}
+
+}  // namespace
+
+int dry_run_experiment(const RunRequest& r, std::ostream& out, std::ostream& console) {
+  const Experiment* e = nullptr;
+  std::optional<Config> config = validated_config(r, e, console);
+  if (!config) return kExitUsage;
+  out << config->to_toml();
+  const fs::path& dir = r.run_dir;
+  DirState state;
+  try {
+    state = examine_run_dir(dir, *e, *config);
+  } catch (const std::exception& ex) {
     console << "attnlab run: " << ex.what() << "\n";
     return kExitUsage;
   }
+  const bool aside = r.force && state.kind != DirState::kFresh && state.kind != DirState::kNotARun;
+  std::string plan;
+  if (aside)
+    plan = fmt::format("would move {} to {} and start afresh", dir.string(), set_aside_name(dir).string());
+  else if (state.kind == DirState::kFresh)
+    plan = fmt::format("would start a fresh run in {}", dir.string());
+  else if (state.kind == DirState::kResume)
+    plan = fmt::format("would resume the unfinished run in {}", dir.string());
+  else if (state.kind == DirState::kComplete)
+    plan = fmt::format("{} holds this complete run: nothing to do", dir.string());
+  if (plan.empty()) {
+    console << "attnlab run: config valid, but " << refusal(dir, state) << "\n";
+    return kExitUsage;
+  }
+  console << fmt::format("attnlab run: config valid (dry run: nothing created); {}\n", plan);
+  return kExitComplete;
+}
+
+int run_experiment(const RunRequest& r, std::ostream& console, bool tty) {
+  const Experiment* e = nullptr;
+  std::optional<Config> config = validated_config(r, e, console);
+  if (!config) return kExitUsage;
   const fs::path& dir = r.run_dir;
   try {
-    if (fs::exists(dir / "summary.json")) {
-      console << "attnlab run: " << dir.string() << " holds a complete run (summary.json); nothing to do\n";
-      return kExitComplete;
-    }
-    if (fs::exists(dir / "config.toml")) {
-      Config old(e->schema);
-      try {
-        old.merge_file((dir / "config.toml").string());
-      } catch (const ConfigError& ex) {
-        console << "attnlab run: " << dir.string() << " holds a run of another config: " << ex.what() << "\n";
-        return kExitUsage;
-      }
-      std::string diff = first_difference(old, *config);
-      if (!diff.empty()) {
-        console << "attnlab run: " << dir.string() << " holds an unfinished run with another config: " << diff
-                << "; use another --run-dir, or the same config to resume\n";
-        return kExitUsage;
-      }
-    } else if (fs::exists(dir) && !only_sweep_files(dir)) {
-      console << "attnlab run: " << dir.string() << " exists and is not a run directory (no config.toml)\n";
+    DirState state = examine_run_dir(dir, *e, *config);
+    if (state.kind == DirState::kNotARun || (state.kind == DirState::kOtherConfig && !r.force)) {
+      console << "attnlab run: " << refusal(dir, state) << "\n";
       return kExitUsage;
+    }
+    if (r.force && state.kind != DirState::kFresh) {
+      const fs::path aside = set_aside_name(dir);
+      fs::rename(without_trailing_slash(dir), aside);
+      console << "attnlab run: --force: moved " << dir.string() << " to " << aside.string() << "\n";
+    } else if (state.kind == DirState::kComplete) {
+      console << "attnlab run: " << dir.string()
+              << " holds this complete run (summary.json, same config); nothing to do (--force starts it afresh)\n";
+      return kExitComplete;
     }
     fs::create_directories(dir);
     fs::remove(dir / "failure.json");  // the record of a failed attempt; this process runs the run again

@@ -37,9 +37,20 @@
 //                       "step": last step seen, "seconds": s}; removed when the run is resumed
 // Exit status of `attnlab run`: 0 complete, 1 failed, 2 usage error, 3 stopped by a signal
 // (SIGINT/SIGTERM) after saving a checkpoint: run the same command again to continue.
-// Re-running in a directory that holds a complete run does nothing and exits 0; in one with an
-// unfinished run it resumes from checkpoint.safetensors if config.toml is equal to the newly
-// resolved config, and otherwise fails with an error that names the first differing key.
+//
+// Before anything is created the whole config is validated: every key against the schema
+// (resolve_config) and the experiment's own check (Experiment::check: the catalog parses the
+// attention spec and builds a transformer block, so a bad spec or shape is a usage error). Then
+// the run directory decides:
+//   absent, empty, or only a sweep's files   a fresh run
+//   config.toml equal to the resolved config  summary.json present: nothing to do (exit 0);
+//                                            otherwise resume from checkpoint.safetensors
+//   config.toml of another config            exit 2, naming every differing key with its old and
+//                                            new value (complete or unfinished alike)
+//   anything else (no config.toml)           exit 2: not a run directory
+// With `force`, a directory holding a run (any config, complete or not) is renamed to
+// DIR.old-N (the smallest free N; the new name is printed) and the run starts afresh; nothing is
+// deleted. A directory that is not a run directory stays an error.
 #pragma once
 #include <atomic>
 #include <filesystem>
@@ -68,6 +79,10 @@ struct Experiment {
   Schema schema;
   std::map<std::string, std::string> presets;  // preset name -> TOML overrides
   std::function<void(const Config&, RunContext&)> run;
+  // Optional: validates a resolved config before the run directory is created (ConfigError or
+  // another Error for a config the run would reject). Must not depend on the run directory or on
+  // `seed` (the sweep checks each config once for all its seeds).
+  std::function<void(const Config&)> check = {};
 };
 
 // Adds `e` to the registry (adding `seed`); returns true. Registrations run in static
@@ -96,6 +111,7 @@ struct RunRequest {
   std::vector<std::string> sets;      // "key=value", in order
   std::filesystem::path run_dir;
   std::string command_line;           // recorded in meta.json
+  bool force = false;                 // set an existing run aside (DIR.old-N) and start afresh
 };
 
 // Exit statuses of `attnlab run` (see above).
@@ -114,6 +130,12 @@ int run_experiment(const RunRequest& request, std::ostream& console, bool tty);
 
 // The "error" of dir/failure.json; "" when the file is absent or unreadable.
 std::string failure_message(const std::filesystem::path& run_dir);
+
+// `attnlab run --dry-run`: resolves and validates the config as run_experiment does, writes it
+// to `out` as TOML (usable as a --config file) and tells `console` what a run would do with
+// request.run_dir (fresh, resume, nothing to do, set aside with --force, or refuse). Creates and
+// changes nothing. Returns the exit status the run would start with: 0, or kExitUsage.
+int dry_run_experiment(const RunRequest& request, std::ostream& out, std::ostream& console);
 
 class RunContext {
  public:

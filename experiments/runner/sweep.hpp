@@ -141,8 +141,10 @@ std::string point_label(const Point& point);
 Config resolve_run_config(const SweepSpec& spec, const Point& point);
 // Resolves every run's config before anything is launched; the first error is thrown. Where the
 // experiment has `model.attention` and `model.d_model`, each distinct pair is also built once
-// (nn::make_attention), so an unknown variant or option fails here rather than in a run; checks
-// that need the sequence length (a block size dividing N) still happen when the run starts.
+// (nn::make_attention), so an unknown variant or option fails here rather than in a run; then
+// every run's config goes through the experiment's check (Experiment::check), as `attnlab run`
+// does before it creates a run directory. Checks that need the sequence length (a block size
+// dividing N) still happen when the run starts.
 void validate_sweep(const SweepSpec& spec, const std::vector<Point>& points);
 
 // `attnlab sweep FILE --dry-run`: parses, expands and validates (validate_sweep) the file and

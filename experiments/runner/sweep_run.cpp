@@ -178,18 +178,33 @@ Config resolve_run_config(const SweepSpec& spec, const Point& point) {
 }
 
 void validate_sweep(const SweepSpec& spec, const std::vector<Point>& points) {
+  const Experiment& experiment = find_experiment(spec.experiment);
   std::set<std::pair<std::string, int64_t>> built;  // (spec, d_model) pairs already checked
+  std::set<std::string> checked;                     // configs (seed 0) already checked
   for (size_t i = 0; i < points.size(); ++i) {
     const Config c = resolve_run_config(spec, points[i]);
-    if (!c.schema().find("model.attention") || !c.schema().find("model.d_model")) continue;
-    const std::string attention = c.get_string("model.attention");
-    const int64_t d_model = c.get_int("model.d_model");
-    if (!built.insert({attention, d_model}).second) continue;
+    if (c.schema().find("model.attention") && c.schema().find("model.d_model")) {
+      const std::string attention = c.get_string("model.attention");
+      const int64_t d_model = c.get_int("model.d_model");
+      if (built.insert({attention, d_model}).second) {
+        try {
+          nn::make_attention(attention, d_model);
+        } catch (const Error& e) {
+          fail<SweepError>("{}: run {} ({}): model.attention '{}' with model.d_model {} does not build: {}", spec.path,
+                           i, point_label(points[i]), attention, d_model, e.what());
+        }
+      }
+    }
+    // What `attnlab run` checks before it creates a run directory (Experiment::check), once per
+    // config with the seed aside (a check does not read it).
+    if (!experiment.check) continue;
+    Config unseeded = c;
+    unseeded.set_value("seed", int64_t(0), "validate_sweep");
+    if (!checked.insert(unseeded.to_json()).second) continue;
     try {
-      nn::make_attention(attention, d_model);
+      experiment.check(c);
     } catch (const Error& e) {
-      fail<SweepError>("{}: run {} ({}): model.attention '{}' with model.d_model {} does not build: {}", spec.path, i,
-                       point_label(points[i]), attention, d_model, e.what());
+      fail<SweepError>("{}: run {} ({}): {}", spec.path, i, point_label(points[i]), e.what());
     }
   }
 }

@@ -110,6 +110,8 @@ TaskData fortunes(const Config& c) {
   t.val_docs = corpus.val_docs;
   t.vocab_size = t.num_classes = corpus.vocab_size();
   t.seq_len = length_or(c, 128);
+  t.token_bytes = corpus.byte_of;
+  t.token_unk = corpus.has_unk;
   for (int64_t id = 0; id < corpus.vocab_size(); ++id) {
     unsigned char b = corpus.byte_of[size_t(id)];
     if (corpus.has_unk && id == 0) t.tokens.push_back("<unk>");

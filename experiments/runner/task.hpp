@@ -35,6 +35,8 @@ struct TaskData {
   int64_t pad_id = -1;      // the input padding id (listops: 0), -1 when inputs are not padded
   std::vector<std::string> tokens;   // input id -> display text ("[MAX", "a", "\\n", "px17")
   std::vector<std::string> classes;  // output id -> display text
+  std::vector<unsigned char> token_bytes;  // fortunes: id -> the byte it stands for (empty for other tasks)
+  bool token_unk = false;                  // fortunes: id 0 is <unk> (char level), not a byte
 
   // Display text of an input id / output id; "<id>" for ids without one.
   std::string token(int64_t id) const;

@@ -1,19 +1,22 @@
 // Tutorial 1: single-head scaled dot-product attention, by hand, on 4 tokens.
-//
-// Attention turns each token's vector into a query q, a key k and a value v (three linear maps
-// of the same input). Token n looks at every token m with the score q[n] . k[m] / sqrt(dk), turns
-// its row of scores into weights that sum to 1 with softmax, and returns the weighted sum of the
-// values. Every tensor below is printed with its shape; at the end the same numbers come out of
-// the library's `mha(heads=1)` layer given the same weights.
+// The lesson's explanation is printed as it runs (tutorial::say); --help prints the usage.
 #include "experiments/tutorial/tutorial.hpp"
 #include "nn/attention/mha.hpp"
 #include "nn/attention/registry.hpp"
 
 using namespace attnlab;
 using tutorial::check;
+using tutorial::say;
 using tutorial::show;
 
-int main() {
+namespace {
+
+void lesson() {
+  say("Attention turns each token's vector into a query q, a key k and a value v (three linear maps\n"
+      "of the same input). Token n looks at every token m with the score q[n] . k[m] / sqrt(dk), turns\n"
+      "its row of scores into weights that sum to 1 with softmax, and returns the weighted sum of the\n"
+      "values. Every tensor below is printed with its shape; at the end the same numbers come out of\n"
+      "the library's `mha(heads=1)` layer given the same weights.");
   const int64_t N = 4, D = 4, dk = 4;  // 4 tokens of width 4; one head with key size 4
   Generator gen(1);
   Tensor x = randn({N, D}, gen, kFloat64);                     // (N, D): one row per token
@@ -31,8 +34,8 @@ int main() {
   show("v = x Wv", v);
 
   tutorial::section("step 2: scores, one per (query n, key m) pair");
-  // Dividing by sqrt(dk) keeps the scores' spread near 1 whatever dk is, so softmax does not
-  // saturate when the key size grows.
+  say("Dividing by sqrt(dk) keeps the scores' spread near 1 whatever dk is, so softmax does not\n"
+      "saturate when the key size grows.");
   Tensor scores = matmul(q, transpose(k, 0, 1)) / std::sqrt(double(dk));  // (N, N)
   show("scores = q k^T / sqrt(dk)", scores);
 
@@ -47,8 +50,8 @@ int main() {
   show("out = P v", out);
 
   tutorial::section("the same computation in the library");
-  // mha(heads=1) with the same projections (a Linear stores W^T: y = x W^T + b), no biases and an
-  // identity out_proj gives exactly the hand-computed output and attention.
+  say("mha(heads=1) with the same projections (a Linear stores W^T: y = x W^T + b), no biases and an\n"
+      "identity out_proj gives exactly the hand-computed output and attention.");
   auto attn = nn::make_attention("mha(heads=1, key_size=4, value_size=4, bias=false)", D);
   attn->to(kFloat64);
   auto& mha = static_cast<nn::MultiHeadAttention&>(*attn);
@@ -64,5 +67,10 @@ int main() {
   check(tutorial::max_abs_diff(select(r.output, 0, 0), out) < 1e-12, "mha(heads=1) output equals the hand computation");
   check(tutorial::max_abs_diff(select(select(r.attention, 0, 0), 0, 0), p) < 1e-12,
         "mha's attention (1, 1, N, N) equals the hand-computed P");
-  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return tutorial::run(argc, argv, "Tutorial 1: single-head scaled dot-product attention, by hand, on 4 tokens.", lesson);
 }

@@ -1,23 +1,25 @@
 // Tutorial 2: multi-head attention, and why the heads are split.
-//
-// One head gives each query a single softmax distribution over the keys: one way of looking at
-// the sequence. Multi-head attention splits the projections into h slices (heads) of size
-// dk = D/h; each head gets its own scores and its own softmax, so token n can attend to one token
-// for one purpose and to another for another purpose in the same layer, at the same cost as one
-// head of size D (the projections are the same matrices, cut into slices). The head outputs are
-// concatenated and mixed by out_proj.
-//
-// Below: the heads by hand from slices of mha's weights, the library's layer for comparison, and
-// the two heads' attention patterns side by side.
+// The lesson's explanation is printed as it runs (tutorial::say); --help prints the usage.
 #include "experiments/tutorial/tutorial.hpp"
 #include "nn/attention/mha.hpp"
 #include "nn/attention/registry.hpp"
 
 using namespace attnlab;
 using tutorial::check;
+using tutorial::say;
 using tutorial::show;
 
-int main() {
+namespace {
+
+void lesson() {
+  say("One head gives each query a single softmax distribution over the keys: one way of looking at\n"
+      "the sequence. Multi-head attention splits the projections into h slices (heads) of size\n"
+      "dk = D/h; each head gets its own scores and its own softmax, so token n can attend to one token\n"
+      "for one purpose and to another for another purpose in the same layer, at the same cost as one\n"
+      "head of size D (the projections are the same matrices, cut into slices). The head outputs are\n"
+      "concatenated and mixed by out_proj.");
+  say("Below: the heads by hand from slices of mha's weights, the library's layer for comparison, and\n"
+      "the two heads' attention patterns side by side.");
   const int64_t B = 1, N = 5, D = 8, h = 2, dk = D / h;
   manual_seed(2);
   auto attn = nn::make_attention("mha(heads=2)", D);  // dk = dv = D/h = 4
@@ -57,9 +59,14 @@ int main() {
   check(tutorial::max_abs_diff(r.output, out) < 1e-12, "the hand-split heads equal mha(heads=2)'s output");
   check(tutorial::max_abs_diff(r.attention, p) < 1e-12, "and its attention (B, h, N, N)");
 
-  // Same parameter count as one head of size D: splitting costs nothing in weights.
+  say("Same parameter count as one head of size D: splitting costs nothing in weights.");
   auto one = nn::make_attention("mha(heads=1)", D);
   fmt::print("parameters: mha(heads=2) {}, mha(heads=1) {}\n", attn->num_parameters(), one->num_parameters());
   check(attn->num_parameters() == one->num_parameters(), "h heads of size D/h have as many parameters as one of size D");
-  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return tutorial::run(argc, argv, "Tutorial 2: multi-head attention, and why the heads are split.", lesson);
 }

@@ -1,20 +1,23 @@
 // Tutorial 4: the key bias that does nothing (seed 000).
-//
-// With biases, q[n] = Wq x[n] + bq and k[m] = Wk x[m] + bk, so
-//   q[n] . k[m] = q[n] . (Wk x[m]) + q[n] . bk.
-// The second term depends on the query n but not on the key m: it adds the same constant to
-// every score of row n. Softmax is shift-invariant along a row (softmax(s + c) = softmax(s)), so
-// the attention weights, and the output, do not depend on bk at all. The query bias bq does not
-// cancel: it meets Wk x[m], which varies with m. Hence `mha(key_bias=false)` loses nothing.
+// The lesson's explanation is printed as it runs (tutorial::say); --help prints the usage.
 #include "experiments/tutorial/tutorial.hpp"
 #include "nn/attention/mha.hpp"
 #include "nn/attention/registry.hpp"
 
 using namespace attnlab;
 using tutorial::check;
+using tutorial::say;
 using tutorial::show;
 
-int main() {
+namespace {
+
+void lesson() {
+  say("With biases, q[n] = Wq x[n] + bq and k[m] = Wk x[m] + bk, so\n"
+      "  q[n] . k[m] = q[n] . (Wk x[m]) + q[n] . bk.\n"
+      "The second term depends on the query n but not on the key m: it adds the same constant to\n"
+      "every score of row n. Softmax is shift-invariant along a row (softmax(s + c) = softmax(s)), so\n"
+      "the attention weights, and the output, do not depend on bk at all. The query bias bq does not\n"
+      "cancel: it meets Wk x[m], which varies with m. Hence `mha(key_bias=false)` loses nothing.");
   const int64_t B = 2, N = 5, D = 8, h = 2, dk = 4;
   manual_seed(4);
   auto attn = nn::make_attention("mha(heads=2)", D);
@@ -22,7 +25,7 @@ int main() {
   auto& mha = static_cast<nn::MultiHeadAttention&>(*attn);
   Generator gen(5);
   Tensor x = randn({B, N, D}, gen, kFloat64);  // (B, N, D)
-  // The scores of head 0, by hand (B, N, N), to see the per-row shift.
+  say("The scores of head 0, by hand (B, N, N), to see the per-row shift.");
   auto head0_scores = [&]() {
     NoGradGuard ng;
     Tensor q = narrow(mha.q_proj->forward(x), -1, 0, dk);  // (B, N, dk)
@@ -59,5 +62,10 @@ int main() {
   auto lean = nn::make_attention("mha(heads=2, key_bias=false)", D);
   fmt::print("parameters: mha(heads=2) {}, mha(heads=2, key_bias=false) {}\n", attn->num_parameters(),
              lean->num_parameters());
-  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return tutorial::run(argc, argv, "Tutorial 4: the key bias that does nothing (seed 000).", lesson);
 }

@@ -1,14 +1,5 @@
 // Tutorial 5: the low-rank bottleneck (seed 001; Bhojanapalli et al. 2020).
-//
-// A head's score matrix is S = Q K^T with Q (N, dk) and K (N, dk), so rank(S) <= dk. With the
-// usual dk = D/h, more heads means smaller dk, and once dk < N there are attention patterns a
-// head cannot express: a pattern whose logits need rank N (e.g. "each token attends to itself",
-// logits c*I) can only be approximated, with error at least c*sqrt(N - dk) in Frobenius norm
-// (Eckart-Young: the best rank-dk approximation of c*I drops N - dk singular values c).
-// `mha(key_size=...)` decouples dk from D/h, which is the paper's fix.
-//
-// Below: the numerical rank of a real head's N x N scores (by SVD), then Q and K fitted
-// by gradient descent to the identity pattern, with dk = 2 and dk = N.
+// The lesson's explanation is printed as it runs (tutorial::say); --help prints the usage.
 #include <algorithm>
 #include <cmath>
 
@@ -19,6 +10,7 @@
 
 using namespace attnlab;
 using tutorial::check;
+using tutorial::say;
 using tutorial::show;
 
 namespace {
@@ -47,9 +39,15 @@ double fit(const Tensor& target, int64_t dk, int steps) {
   return std::sqrt(sum(square(matmul(q, transpose(k, 0, 1)) - target)).item());
 }
 
-}  // namespace
-
-int main() {
+void lesson() {
+  say("A head's score matrix is S = Q K^T with Q (N, dk) and K (N, dk), so rank(S) <= dk. With the\n"
+      "usual dk = D/h, more heads means smaller dk, and once dk < N there are attention patterns a\n"
+      "head cannot express: a pattern whose logits need rank N (e.g. \"each token attends to itself\",\n"
+      "logits c*I) can only be approximated, with error at least c*sqrt(N - dk) in Frobenius norm\n"
+      "(Eckart-Young: the best rank-dk approximation of c*I drops N - dk singular values c).\n"
+      "`mha(key_size=...)` decouples dk from D/h, which is the paper's fix.");
+  say("Below: the numerical rank of a real head's N x N scores (by SVD), then Q and K fitted\n"
+      "by gradient descent to the identity pattern, with dk = 2 and dk = N.");
   const int64_t N = 8, D = 16, dk = 2;
   manual_seed(5);
   tutorial::section("the rank of one head's scores");
@@ -76,5 +74,10 @@ int main() {
   fmt::print("key size {}: error {:.4f}\n", N, full);
   check(small >= bound * (1 - 1e-6), "with key size 2 the error cannot go below c*sqrt(N - dk)");
   check(full < 0.05 * bound, "with key size N the same fit reaches the pattern (error < 5% of that bound)");
-  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return tutorial::run(argc, argv, "Tutorial 5: the low-rank bottleneck (seed 001; Bhojanapalli et al. 2020).", lesson);
 }

@@ -1,19 +1,22 @@
 // Tutorial 6: talking-heads attention (seed 001; Shazeer et al. 2020).
-//
-// In mha every head's softmax sees only its own logits. Talking heads adds two small learned
-// matrices that mix across heads: pre_mix (hk, h) combines the hk heads' logits before softmax,
-// post_mix (h, hv) combines the h attention patterns after it. Each new logit map is a linear
-// combination of all heads' q.k maps, so even with small dk a head's logits can have rank up to
-// hk*dk. With both mixes the identity (and hk = h = hv), talking heads is exactly mha.
+// The lesson's explanation is printed as it runs (tutorial::say); --help prints the usage.
 #include "experiments/tutorial/tutorial.hpp"
 #include "nn/attention/registry.hpp"
 #include "nn/attention/talking_heads.hpp"
 
 using namespace attnlab;
 using tutorial::check;
+using tutorial::say;
 using tutorial::show;
 
-int main() {
+namespace {
+
+void lesson() {
+  say("In mha every head's softmax sees only its own logits. Talking heads adds two small learned\n"
+      "matrices that mix across heads: pre_mix (hk, h) combines the hk heads' logits before softmax,\n"
+      "post_mix (h, hv) combines the h attention patterns after it. Each new logit map is a linear\n"
+      "combination of all heads' q.k maps, so even with small dk a head's logits can have rank up to\n"
+      "hk*dk. With both mixes the identity (and hk = h = hv), talking heads is exactly mha.");
   const int64_t B = 1, N = 5, D = 8, h = 2, dk = 4;
   manual_seed(6);
   auto mha = nn::make_attention("mha(heads=2)", D);
@@ -43,7 +46,7 @@ int main() {
     copy_(th.pre_mix, mix);
   }
   show("pre_mix", mix);
-  // By hand: J_a = q_a . k_a / sqrt(dk) for the two logit heads, L_j = sum_a J_a pre_mix[a, j].
+  say("By hand: J_a = q_a . k_a / sqrt(dk) for the two logit heads, L_j = sum_a J_a pre_mix[a, j].");
   NoGradGuard ng;
   Tensor q = permute(reshape(th.q_proj->forward(x), {B, N, h, dk}), {0, 2, 1, 3});  // (B, hk, N, dk)
   Tensor k = permute(reshape(th.k_proj->forward(x), {B, N, h, dk}), {0, 2, 1, 3});  // (B, hk, N, dk)
@@ -56,5 +59,10 @@ int main() {
         "its attention is softmax of the mixed logits sum_a J_a pre_mix[a, j]");
   const double vs_mha = tutorial::max_abs_diff(r.attention, mha->forward(x, {}, {}, false, true).attention);
   check(vs_mha > 1e-3, "and differs from mha's per-head softmax");
-  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return tutorial::run(argc, argv, "Tutorial 6: talking-heads attention (seed 001; Shazeer et al. 2020).", lesson);
 }

@@ -1,20 +1,23 @@
 // Tutorial 7: collaborative heads and the CP decomposition (seed 000; Cordonnier et al. 2020).
-//
-// Head i of mha scores with the bilinear form x[n]^T (Wq_i^T Wk_i) x[m]. Stacking the h forms
-// gives a (D, h, D) tensor T. Collaborative attention writes every form with one shared pair of
-// projections of width Dk~ and a per-head mixing vector:
-//   T[a, i, b] ~= sum_r A[a, r] M[i, r] B[b, r]      (a rank-Dk~ CP decomposition)
-// so the heads share key/query dimensions instead of each owning dk of them. `to_collaborative`
-// fits the decomposition to a trained mha layer. With Dk~ = h*dk the concatenated layout is
-// exact; smaller Dk~ compresses, and the fit's error grows as Dk~ shrinks.
+// The lesson's explanation is printed as it runs (tutorial::say); --help prints the usage.
 #include "experiments/tutorial/tutorial.hpp"
 #include "nn/attention/collaborative.hpp"
 #include "nn/attention/registry.hpp"
 
 using namespace attnlab;
 using tutorial::check;
+using tutorial::say;
 
-int main() {
+namespace {
+
+void lesson() {
+  say("Head i of mha scores with the bilinear form x[n]^T (Wq_i^T Wk_i) x[m]. Stacking the h forms\n"
+      "gives a (D, h, D) tensor T. Collaborative attention writes every form with one shared pair of\n"
+      "projections of width Dk~ and a per-head mixing vector:\n"
+      "  T[a, i, b] ~= sum_r A[a, r] M[i, r] B[b, r]      (a rank-Dk~ CP decomposition)\n"
+      "so the heads share key/query dimensions instead of each owning dk of them. `to_collaborative`\n"
+      "fits the decomposition to a trained mha layer. With Dk~ = h*dk the concatenated layout is\n"
+      "exact; smaller Dk~ compresses, and the fit's error grows as Dk~ shrinks.");
   const int64_t D = 12, h = 3, dk = 4;
   manual_seed(7);
   auto attn = nn::make_attention("mha(heads=3, key_size=4)", D);
@@ -42,5 +45,10 @@ int main() {
   for (size_t i = 1; i < errors.size(); ++i) falling &= errors[i] <= errors[i - 1] + 1e-6;
   check(falling, "the CP error falls (never rises) as the shared key size grows");
   check(errors.front() > 0.1, "a much smaller Dk~ cannot represent the heads exactly");
-  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return tutorial::run(argc, argv, "Tutorial 7: collaborative heads and the CP decomposition (seed 000; Cordonnier et al. 2020).", lesson);
 }

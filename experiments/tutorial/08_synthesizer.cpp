@@ -1,20 +1,23 @@
 // Tutorial 8: the Synthesizer (seed 004; Tay et al. 2020): attention without queries and keys.
-//
-// Dot-product attention computes each weight from a pair of tokens. The Synthesizer asks whether
-// the pairwise interaction is needed at all:
-//   - random: the logits are a learned (h, L, L) table, the same for every input;
-//   - dense: row n of the logits is computed from token n alone by a two-layer MLP,
-//     S[n, :] = w2 relu(w1 x[n]) (no token-token dot product).
-// Both still mix the values with softmax weights, and the paper finds them competitive on
-// several tasks. The checks below make the two properties concrete.
+// The lesson's explanation is printed as it runs (tutorial::say); --help prints the usage.
 #include "experiments/tutorial/tutorial.hpp"
 #include "nn/attention/registry.hpp"
 
 using namespace attnlab;
 using tutorial::check;
+using tutorial::say;
 using tutorial::show;
 
-int main() {
+namespace {
+
+void lesson() {
+  say("Dot-product attention computes each weight from a pair of tokens. The Synthesizer asks whether\n"
+      "the pairwise interaction is needed at all:\n"
+      "  - random: the logits are a learned (h, L, L) table, the same for every input;\n"
+      "  - dense: row n of the logits is computed from token n alone by a two-layer MLP,\n"
+      "    S[n, :] = w2 relu(w1 x[n]) (no token-token dot product).\n"
+      "Both still mix the values with softmax weights, and the paper finds them competitive on\n"
+      "several tasks. The checks below make the two properties concrete.");
   const int64_t B = 1, N = 5, D = 8;
   manual_seed(8);
   Generator gen(9);
@@ -53,5 +56,10 @@ int main() {
   Tensor m1 = mha->forward(x1, {}, {}, false, true).attention, m3 = mha->forward(x3, {}, {}, false, true).attention;
   check(tutorial::max_abs_diff(narrow(m1, 2, 0, 1), narrow(m3, 2, 0, 1)) > 1e-3,
         "in mha, row 0 of the attention moves when the other tokens change");
-  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return tutorial::run(argc, argv, "Tutorial 8: the Synthesizer (seed 004; Tay et al. 2020): attention without queries and keys.", lesson);
 }

@@ -1,21 +1,24 @@
 // Tutorial 9: sparse and linear attention, and what they approximate (seed 003).
-//
-// Dense attention costs O(N^2) per head. The efficient variants change the computation:
-//   - local(window=w): each query sees only keys within distance w: O(N w). Exact when w >= N-1.
-//   - sparse_strided(stride=l): a local band plus every l-th key: O(N (l + N/l)).
-//   - linear: softmax's exp(q.k) replaced by phi(q).phi(k), phi = elu+1: O(N dk dv). A different
-//     kernel, so never exact.
-//   - performer: random features whose dot product estimates exp(q.k/sqrt(dk)) without bias;
-//     the error shrinks as the number of features m grows.
-// All of them reuse mha's projections (same parameter names), so with the same weights the
-// output error against dense mha measures the approximation itself.
+// The lesson's explanation is printed as it runs (tutorial::say); --help prints the usage.
 #include "experiments/tutorial/tutorial.hpp"
 #include "nn/attention/registry.hpp"
 
 using namespace attnlab;
 using tutorial::check;
+using tutorial::say;
 
-int main() {
+namespace {
+
+void lesson() {
+  say("Dense attention costs O(N^2) per head. The efficient variants change the computation:\n"
+      "  - local(window=w): each query sees only keys within distance w: O(N w). Exact when w >= N-1.\n"
+      "  - sparse_strided(stride=l): a local band plus every l-th key: O(N (l + N/l)).\n"
+      "  - linear: softmax's exp(q.k) replaced by phi(q).phi(k), phi = elu+1: O(N dk dv). A different\n"
+      "    kernel, so never exact.\n"
+      "  - performer: random features whose dot product estimates exp(q.k/sqrt(dk)) without bias;\n"
+      "    the error shrinks as the number of features m grows.\n"
+      "All of them reuse mha's projections (same parameter names), so with the same weights the\n"
+      "output error against dense mha measures the approximation itself.");
   const int64_t B = 1, N = 32, D = 16;
   manual_seed(9);
   auto dense = nn::make_attention("mha(heads=2)", D);
@@ -52,5 +55,10 @@ int main() {
   check(lin > 1e-3, "linear attention (elu+1 kernel) approximates a different kernel: never exact");
   for (int m : {8, 64, 512}) error_of(fmt::format("performer(heads=2, features={})", m));
   fmt::print("(performer's error is random: it falls with m on average, see docs/attention.md)\n");
-  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return tutorial::run(argc, argv, "Tutorial 9: sparse and linear attention, and what they approximate (seed 003).", lesson);
 }

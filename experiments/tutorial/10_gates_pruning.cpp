@@ -1,23 +1,13 @@
 // Tutorial 10: head gates and pruning on a trained model (seed 002; Voita et al. 2019, Michel et
 // al. 2019).
-//
-// Many heads of a trained transformer can be removed with little loss. Two ways to find them:
-//   - Hard Concrete gates (`gate=hard_concrete`): each head's output is multiplied by a
-//     stochastic gate g in [0, 1] whose expected L0 norm is added to the loss; heads the task
-//     does not need get pushed to g = 0 exactly.
-//   - head importance (Michel et al.): the gradient of the loss with respect to a fixed
-//     multiplier head_mask = 1 on each head, |dL/dm_i|, estimates how much head i matters.
-// Then `prune_heads(keep)` returns a smaller layer holding only the kept heads' weights.
-//
-// The task: tokens from a vocabulary of 8, label = the first token; a 1-layer encoder with a CLS
-// token has to attend from CLS to position 1. A few seconds of training, then gates, importance,
-// pruning and accuracy before and after.
+// The lesson's explanation is printed as it runs (tutorial::say); --help prints the usage.
 #include "experiments/tutorial/tutorial.hpp"
 #include "nn/attention/mha.hpp"
 #include "nn/transformer.hpp"
 
 using namespace attnlab;
 using tutorial::check;
+using tutorial::say;
 
 namespace {
 
@@ -37,9 +27,17 @@ double accuracy(nn::EncoderClassifier& model, const Batch& batch) {
   return mean(to(eq(pred, batch.labels), kFloat32)).item();
 }
 
-}  // namespace
-
-int main() {
+void lesson() {
+  say("Many heads of a trained transformer can be removed with little loss. Two ways to find them:\n"
+      "  - Hard Concrete gates (`gate=hard_concrete`): each head's output is multiplied by a\n"
+      "    stochastic gate g in [0, 1] whose expected L0 norm is added to the loss; heads the task\n"
+      "    does not need get pushed to g = 0 exactly.\n"
+      "  - head importance (Michel et al.): the gradient of the loss with respect to a fixed\n"
+      "    multiplier head_mask = 1 on each head, |dL/dm_i|, estimates how much head i matters.\n"
+      "Then `prune_heads(keep)` returns a smaller layer holding only the kept heads' weights.");
+  say("The task: tokens from a vocabulary of 8, label = the first token; a 1-layer encoder with a CLS\n"
+      "token has to attend from CLS to position 1. A few seconds of training, then gates, importance,\n"
+      "pruning and accuracy before and after.");
   manual_seed(10);
   nn::EncoderConfig cfg;
   cfg.block.d_model = 32;
@@ -86,7 +84,7 @@ int main() {
     fmt::print("head {}: gate {:.3f}  importance |dL/dm| {:.2e}\n", i, gates[i], importance[i]);
 
   tutorial::section("pruning");
-  // Heads whose gate is exactly 0 contribute nothing: removing them cannot change the output.
+  say("Heads whose gate is exactly 0 contribute nothing: removing them cannot change the output.");
   std::vector<int64_t> open;
   for (size_t i = 0; i < gates.size(); ++i)
     if (gates[i] > 0) open.push_back(int64_t(i));
@@ -102,7 +100,7 @@ int main() {
   } else {
     fmt::print("no gate closed exactly in this short run\n");
   }
-  // Keep only the single most important head (by |dL/dm|) and measure what is lost.
+  say("Keep only the single most important head (by |dL/dm|) and measure what is lost.");
   int64_t best = 0;
   for (size_t i = 0; i < importance.size(); ++i)
     if (importance[i] > importance[best] && gates[i] > 0) best = int64_t(i);
@@ -114,5 +112,13 @@ int main() {
   block->attn = full;
   fmt::print("accuracy with only head {} (most important): {:.3f}  (all heads: {:.3f})\n", best, one_head, trained);
   check(one->num_parameters() < attn.num_parameters(), "the one-head layer is smaller");
-  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return tutorial::run(argc, argv,
+                       "Tutorial 10: head gates and pruning on a trained model (seed 002; Voita et al. 2019, Michel "
+                       "et al. 2019).",
+                       lesson);
 }

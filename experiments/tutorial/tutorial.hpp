@@ -1,16 +1,42 @@
-// Shared by the tutorial programs (experiments/tutorial/NN_*.cpp, docs/tutorial.md): printing a
-// named tensor with its shape, and checking a claim numerically. A failed claim ends the program
-// with exit status 1, so CTest (tutorial/NN_*) catches a tutorial that stopped being true.
+// Shared by the tutorial programs (experiments/tutorial/NN_*.cpp, docs/tutorial.md): the lesson's
+// main (--help, errors), its explanation printed as it runs (say), printing a named tensor with
+// its shape, and checking a claim numerically. A failed claim ends the program with exit status
+// 1, so CTest (tutorial/NN_*) catches a tutorial that stopped being true.
 #pragma once
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 
 #include <fmt/format.h>
 
 #include "attnlab.hpp"
+#include "experiments/runner/guard.hpp"
 
 namespace tutorial {
+
+// A paragraph of the lesson, printed as the program runs: the program is the lesson.
+inline void say(const std::string& text) { fmt::print("\n{}\n", text); }
+
+// The tutorials' main: prints the title and runs the lesson. `--help` prints the usage (exit 0);
+// any other argument is a usage error (exit 2); an exception is a message (exit 1), never an abort.
+inline int run(int argc, char** argv, const std::string& title, void (*lesson)()) {
+  const std::string program = argc > 0 ? std::filesystem::path(argv[0]).filename().string() : "tutorial";
+  return attnlab::runner::guarded(program.c_str(), [&] {
+    const std::string arg = argc > 1 ? argv[1] : "";
+    if (argc == 2 && (arg == "--help" || arg == "-h")) {
+      fmt::print("Usage: {} [--help]\n\n{}\n\n"
+                 "Runs the lesson: prints its explanation, the tensors it computes and the\n"
+                 "claims it checks; exit status 1 when a claim fails (docs/tutorial.md).\n",
+                 program, title);
+      return 0;
+    }
+    if (argc > 1) attnlab::fail<attnlab::runner::UsageError>("unexpected argument '{}': a tutorial takes none", arg);
+    fmt::print("{}\n", title);
+    lesson();
+    return 0;
+  });
+}
 
 inline void section(const std::string& title) { fmt::print("\n== {} ==\n", title); }
 

@@ -570,3 +570,23 @@ TEST_CASE("io: files attnlab writes load in NumPy and torch") {
   INFO(cmd);
   CHECK(std::system(cmd.c_str()) == 0);
 }
+
+TEST_CASE("io: safetensors_shapes reads names, shapes and metadata from the header alone, checked as a load is") {
+  TempDir dir;
+  TensorMap in = round_trip_inputs();
+  std::string path = dir / "s.safetensors";
+  save_safetensors(path, in, kMetadata);
+  Metadata meta;
+  std::map<std::string, Dims> shapes = safetensors_shapes(path, &meta);
+  CHECK(meta == kMetadata);
+  REQUIRE(shapes.size() == in.size());
+  for (const auto& [name, t] : in) {
+    INFO(name);
+    REQUIRE(shapes.count(name) == 1);
+    CHECK(shapes.at(name) == t.shape());
+  }
+  // A file whose data is cut short fails from its header, without reading any data.
+  std::string bytes = read_bytes(path);
+  write_bytes(path, bytes.substr(0, bytes.size() - 4));
+  CHECK_THROWS_AS(safetensors_shapes(path), FileError);
+}
