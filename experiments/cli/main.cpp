@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -71,6 +72,9 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     app.exit(e);  // prints the message and a hint
     return 2;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "attnlab: out of memory: a size asked for more memory than the machine can give\n");
+    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "attnlab: %s\n", e.what());
     return 1;

@@ -1,5 +1,7 @@
 #include "nn/attention/registry.hpp"
 
+#include <new>
+
 #include "nn/attention/bigbird.hpp"
 #include "nn/attention/collaborative.hpp"
 #include "nn/attention/compressed.hpp"
@@ -67,10 +69,30 @@ void register_variant(Variant variant) {
   table().push_back(std::move(variant));
 }
 
+namespace {
+
+// Shape and memory errors raised inside a variant's constructor name a tensor, not what the user
+// asked for; they are rethrown with the spec and d_model in front, keeping their type.
+std::shared_ptr<Attention> build(const Variant& v, const Spec& spec, int64_t d_model) {
+  Options options(v.schema, spec);
+  const auto context = [&] { return fmt::format("attention {} with d_model={}: ", to_string(spec), d_model); };
+  try {
+    return v.make(options, d_model);
+  } catch (const ShapeError& e) {
+    throw ShapeError(context() + e.what());
+  } catch (const MemoryError& e) {
+    throw MemoryError(context() + e.what());
+  } catch (const std::bad_alloc&) {
+    throw MemoryError(context() + "out of memory while allocating its parameters");
+  }
+}
+
+}  // namespace
+
 std::shared_ptr<Attention> make_attention(const std::string& text, int64_t d_model) {
   Spec spec = parse_spec(text);
   for (const Variant& v : table())
-    if (v.schema.name == spec.name) return v.make(Options(v.schema, spec), d_model);
+    if (v.schema.name == spec.name) return build(v, spec, d_model);
   std::string names;
   for (const Variant& v : table()) names += (names.empty() ? "" : ", ") + v.schema.name;
   fail<ValueError>("attention: unknown variant {} (known: {})", spec.name, names);
