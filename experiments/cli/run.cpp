@@ -76,6 +76,7 @@ void add_run_command(CLI::App& app, int& status, const std::string& command_line
       ->allow_extra_args(false)  // one value per --set, so a later positional is not swallowed
       ->take_all();
   cmd->add_option("--run-dir", *run_dir, "run directory (default runs/<experiment>-<UTC time>)");
+  cmd->add_flag("--wait", req->wait, "if another process holds the run directory, wait for it (default: fail at once)");
   cmd->footer(
       "Exit status: 0 complete (or already complete), 1 failed, 2 usage error (bad key, value,\n"
       "preset, or a run directory holding another config), 3 stopped by SIGINT/SIGTERM after\n"

@@ -52,6 +52,8 @@ void add_sweep_commands(CLI::App& app, int& status) {
       ->check(CLI::Range(1, 1024));
   sweep->add_option("--shard", a->shard, "run only the runs with index % N == i, into DIR/shards/shard-i-of-N.sqlite "
                                          "(merge with `attnlab report DIR`)");
+  sweep->add_flag("--wait", a->options.wait, "if another process holds the sweep directory, wait for it (default: "
+                                            "fail at once naming its pid)");
   sweep->add_flag("--emit-slurm", a->emit_slurm, "write DIR/sweep.sbatch, a Slurm job array with one task per shard, "
                                                  "and run nothing");
   sweep->add_flag("--dry-run", a->dry_run, "list the runs (id and axis values) and validate every run's config, "

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "experiments/runner/dir_lock.hpp"
 #include "experiments/runner/task.hpp"
 #include "tensor/parallel.hpp"
 
@@ -389,7 +390,7 @@ struct SignalGuard {
 bool only_sweep_files(const fs::path& dir) {
   for (const auto& entry : fs::directory_iterator(dir)) {
     const std::string name = entry.path().filename().string();
-    if (name != "point.json" && name != "stdout.txt") return false;
+    if (name != "point.json" && name != "stdout.txt" && name != DirLock::kFileName) return false;
   }
   return true;
 }
@@ -407,7 +408,14 @@ int run_experiment(const RunRequest& r, std::ostream& console, bool tty) {
     return kExitUsage;
   }
   const fs::path& dir = r.run_dir;
+  std::optional<DirLock> lock;  // held until the run returns
   try {
+    // Locked before anything is read, so a second process never sees a half-written run. A
+    // directory that is not a run directory is left untouched (and refused below).
+    if (!fs::exists(dir) || fs::exists(dir / "config.toml") || only_sweep_files(dir)) {
+      fs::create_directories(dir);
+      lock.emplace(dir, r.wait);
+    }
     if (fs::exists(dir / "summary.json")) {
       console << "attnlab run: " << dir.string() << " holds a complete run (summary.json); nothing to do\n";
       return kExitComplete;

@@ -80,6 +80,7 @@ struct RunRequest {
   std::vector<std::string> sets;      // "key=value", in order
   std::filesystem::path run_dir;
   std::string command_line;           // recorded in meta.json
+  bool wait = false;                  // another process holds run_dir: wait (else fail at once)
 };
 
 // Exit statuses of `attnlab run` (see above).
