@@ -201,6 +201,17 @@ TEST_CASE("run: a failing experiment exits 1 and keeps its log") {
   fs::remove_all(dir);
 }
 
+TEST_CASE("run: a diverging loss fails the run, naming the Trainer, the step and the loss") {
+  fs::path dir = fresh_dir("diverge");
+  Result r = run(dir, {"train.lr=1e30"});
+  CAPTURE(r.console);
+  CHECK(r.status == kExitFailed);
+  CHECK(r.console.find("Trainer: the loss is") != std::string::npos);
+  CHECK(r.console.find(" at step ") != std::string::npos);
+  CHECK_FALSE(fs::exists(dir / "summary.json"));
+  fs::remove_all(dir);
+}
+
 TEST_CASE("catalog: every preset resolves, and load_run rebuilds a run's model") {
   for (const Experiment* e : experiments())
     for (const auto& [preset, text] : e->presets) CHECK_NOTHROW(resolve_config(*e, preset, "", {}));
