@@ -5,7 +5,9 @@
 
 #include <unistd.h>
 
+#include <charconv>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <ctime>
@@ -23,6 +25,63 @@ using json = nlohmann::ordered_json;
 
 namespace attnlab::runner {
 namespace {
+
+// The checkpoint's step is stored twice, in the metadata and as this tensor, and the Trainer
+// stores it a third time ("trainer.step"); a checkpoint is used only when they agree.
+constexpr const char* kStepTensor = "run.step";
+
+template <class T>
+T parse_field(const fs::path& ckpt, const Metadata& meta, const char* key) {
+  auto it = meta.find(key);
+  if (it == meta.end()) fail<FileError>("{}: checkpoint metadata has no '{}'", ckpt.string(), key);
+  const std::string& s = it->second;
+  T v{};
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  bool ok = ec == std::errc() && p == s.data() + s.size() && !s.empty() && s[0] != '-' && s[0] != '+';
+  if constexpr (std::is_floating_point_v<T>) ok = ok && std::isfinite(v);
+  if (!ok)
+    fail<FileError>("{}: checkpoint metadata '{}' is \"{}\", not a {}", ckpt.string(), key, s,
+                    std::is_floating_point_v<T> ? "finite number >= 0" : "non-negative integer");
+  return v;
+}
+
+// Element 0 of the int64 tensor `key`, if the checkpoint has it.
+std::optional<int64_t> step_tensor(const fs::path& ckpt, const TensorMap& tensors, const std::string& key) {
+  auto it = tensors.find(key);
+  if (it == tensors.end()) return std::nullopt;
+  const Tensor& t = it->second;
+  if (t.dtype() != kInt64 || t.numel() < 1)
+    fail<FileError>("{}: checkpoint tensor '{}' should hold int64 steps, got {} of shape {}", ckpt.string(), key,
+                    dtype_name(t.dtype()), to_string(t.shape()));
+  return t.to_vector<int64_t>()[0];
+}
+
+struct CheckpointFile {
+  int64_t step;
+  double time, peak_rss_mb;
+  uint64_t generator_seed, generator_offset;
+  TensorMap tensors;  // without the run.step tensor
+};
+
+// Reads a run's checkpoint, with every metadata number parsed strictly and the step checked
+// against the run.step and trainer.step tensors: a mismatch is a FileError naming them all.
+CheckpointFile read_checkpoint_file(const fs::path& ckpt) {
+  Metadata meta;
+  CheckpointFile c;
+  c.tensors = load_safetensors(ckpt.string(), &meta);
+  c.step = parse_field<int64_t>(ckpt, meta, "step");
+  c.time = parse_field<double>(ckpt, meta, "time");
+  c.peak_rss_mb = parse_field<double>(ckpt, meta, "peak_rss_mb");
+  c.generator_seed = parse_field<uint64_t>(ckpt, meta, "generator_seed");
+  c.generator_offset = parse_field<uint64_t>(ckpt, meta, "generator_offset");
+  for (const char* key : {kStepTensor, "trainer.step"})
+    if (auto s = step_tensor(ckpt, c.tensors, key); s && *s != c.step)
+      fail<FileError>("{}: the checkpoint's steps disagree: metadata 'step' = {}, tensor '{}' = {}; the file is "
+                      "damaged or edited (delete it to restart the run)",
+                      ckpt.string(), c.step, key, *s);
+  c.tensors.erase(kStepTensor);
+  return c;
+}
 
 // ---- the registry ----
 
@@ -177,19 +236,12 @@ RunContext::RunContext(Config config, fs::path dir, Options options)
   int64_t keep_up_to = -1;  // metrics lines to keep: steps <= this
   const fs::path ckpt = dir_ / "checkpoint.safetensors";
   if (fs::exists(ckpt)) {
-    Metadata meta;
-    TensorMap tensors = load_safetensors(ckpt.string(), &meta);
-    auto field = [&](const char* k) -> const std::string& {
-      auto it = meta.find(k);
-      if (it == meta.end()) fail<FileError>("{}: checkpoint metadata has no '{}'", ckpt.string(), k);
-      return it->second;
-    };
-    const int64_t step = std::stoll(field("step"));
-    time_offset_ = std::stod(field("time"));
-    peak_rss_offset_ = std::stod(field("peak_rss_mb"));
-    generator_.set_state(std::stoull(field("generator_seed")), std::stoull(field("generator_offset")));
-    checkpoint_.emplace(step, std::move(tensors));
-    last_step_ = keep_up_to = step;
+    CheckpointFile c = read_checkpoint_file(ckpt);
+    time_offset_ = c.time;
+    peak_rss_offset_ = c.peak_rss_mb;
+    generator_.set_state(c.generator_seed, c.generator_offset);
+    checkpoint_.emplace(c.step, std::move(c.tensors));
+    last_step_ = keep_up_to = c.step;  // proven: metadata and state tensors agree
   }
   // Lines past the checkpoint (or every line, for a run that never saved one) belong to a
   // session that will be replayed: drop them so no step is recorded twice.
@@ -274,12 +326,15 @@ void RunContext::progress(int64_t step, int64_t total, double loss) {
 void RunContext::save_checkpoint(int64_t step, const TensorMap& state) {
   for (const auto& [name, t] : state)
     if (!t.defined()) fail<ValueError>("RunContext::save_checkpoint: tensor '{}' is undefined", name);
+  if (step < 0) fail<ValueError>("RunContext::save_checkpoint: step {} is negative", step);
+  TensorMap saved = state;
+  saved[kStepTensor] = from_vector(std::vector<int64_t>{step}, {1});
   Metadata meta{{"step", std::to_string(step)},
                 {"time", fmt::format("{}", seconds())},
                 {"peak_rss_mb", fmt::format("{}", std::max(peak_rss_offset_, peak_rss_mb()))},
                 {"generator_seed", std::to_string(generator_.seed())},
                 {"generator_offset", std::to_string(generator_.offset())}};
-  save_safetensors((dir_ / "checkpoint.safetensors").string(), state, meta);  // temp file + rename
+  save_safetensors((dir_ / "checkpoint.safetensors").string(), saved, meta);  // temp file + rename
   last_step_ = std::max(last_step_, step);
 }
 
@@ -287,11 +342,8 @@ std::optional<std::pair<int64_t, TensorMap>> RunContext::load_checkpoint() const
   if (checkpoint_) return checkpoint_;
   const fs::path ckpt = dir_ / "checkpoint.safetensors";
   if (!fs::exists(ckpt)) return std::nullopt;
-  Metadata meta;
-  TensorMap tensors = load_safetensors(ckpt.string(), &meta);
-  auto it = meta.find("step");
-  if (it == meta.end()) fail<FileError>("{}: checkpoint metadata has no 'step'", ckpt.string());
-  return std::make_pair(std::stoll(it->second), std::move(tensors));
+  CheckpointFile c = read_checkpoint_file(ckpt);
+  return std::make_pair(c.step, std::move(c.tensors));
 }
 
 bool RunContext::should_stop() const { return stop_requested_ || g_signal.load(); }

@@ -338,6 +338,9 @@ bool Trainer::fit() {
   if (!loss) fail<ValueError>("Trainer::fit: set trainer.loss first");
   if (auto ck = ctx_.load_checkpoint()) {
     restore(ck->second);  // a resumed run continues its own training, whatever init_from says
+    if (step_ > total_)
+      fail<ValueError>("Trainer: the checkpoint is at step {}, beyond train.steps = {}; it is not this run's", step_,
+                       total_);
   } else if (!init_from_.empty()) {
     InitFromResult r = init_from_checkpoint(model_, init_from_);
     ctx_.logf("init_from {}: {} tensors loaded", init_from_, r.loaded);

@@ -212,6 +212,52 @@ TEST_CASE("run: a diverging loss fails the run, naming the Trainer, the step and
   fs::remove_all(dir);
 }
 
+TEST_CASE("run: a checkpoint whose steps are doctored is refused before any metric line is dropped") {
+  fs::path dir = fresh_dir("doctored");
+  g_stop_at = 9;  // a checkpoint at step 10, metrics up to step 10
+  Result first = run(dir);
+  g_stop_at = -1;
+  REQUIRE(first.status == kExitStopped);
+  const fs::path ckpt = dir / "checkpoint.safetensors";
+  Metadata meta;
+  const TensorMap state = load_safetensors(ckpt.string(), &meta);
+  REQUIRE(meta.at("step") == "10");
+  REQUIRE(state.at("run.step").to_vector<int64_t>() == std::vector<int64_t>{10});
+  const std::string metrics = read(dir / "metrics.jsonl");
+  auto save = [&](const std::string& step, const TensorMap& tensors) {
+    Metadata m = meta;
+    m["step"] = step;
+    save_safetensors(ckpt.string(), tensors, m);
+  };
+  // Not an integer, or one that disagrees with the run.step and trainer.step tensors.
+  for (std::string step : {"44abc", "4.4e1", "-5", " 10", "", "1000000", "0", "9"}) {
+    CAPTURE(step);
+    save(step, state);
+    Result r = run(dir);
+    CHECK(r.status == kExitFailed);
+    CHECK(r.console.find("checkpoint.safetensors") != std::string::npos);
+    const bool integer = step.find_first_not_of("0123456789") == std::string::npos && !step.empty();
+    CHECK(r.console.find(integer ? "steps disagree: metadata 'step' = " + step : "'step' is \"" + step + "\"") !=
+          std::string::npos);
+    CHECK(read(dir / "metrics.jsonl") == metrics);
+  }
+  // All three agree on a step the run cannot have reached.
+  TensorMap beyond = state;
+  std::vector<int64_t> trainer_step = state.at("trainer.step").to_vector<int64_t>();
+  trainer_step[0] = 1000000;
+  beyond["trainer.step"] = from_vector(trainer_step, {int64_t(trainer_step.size())});
+  beyond["run.step"] = from_vector(std::vector<int64_t>{1000000}, {1});
+  save("1000000", beyond);
+  Result r = run(dir);
+  CHECK(r.status == kExitFailed);
+  CHECK(r.console.find("the checkpoint is at step 1000000, beyond train.steps = 30") != std::string::npos);
+  CHECK(read(dir / "metrics.jsonl") == metrics);
+  // The untouched checkpoint resumes.
+  save("10", state);
+  CHECK(run(dir).status == kExitComplete);
+  fs::remove_all(dir);
+}
+
 TEST_CASE("catalog: every preset resolves, and load_run rebuilds a run's model") {
   for (const Experiment* e : experiments())
     for (const auto& [preset, text] : e->presets) CHECK_NOTHROW(resolve_config(*e, preset, "", {}));
