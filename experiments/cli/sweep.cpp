@@ -64,13 +64,13 @@ void add_sweep_commands(CLI::App& app, int& status) {
       ->check(CLI::Range(1, 1024));
   sweep->callback([a, &status] {
     runner::SweepOptions& o = a->options;
+    if (!a->shard.empty()) std::tie(o.shard, o.shards) = parse_shard(a->shard);  // checked in a dry run too
     if (a->dry_run) {
       runner::dry_run_sweep(o.sweep_file, std::cout);
       status = 0;
       return;
     }
     if (!a->out.empty()) o.dir = a->out;
-    if (!a->shard.empty()) std::tie(o.shard, o.shards) = parse_shard(a->shard);
     if (a->emit_slurm) {
       const auto path = runner::emit_slurm(o, a->shards, a->cpus_per_task);
       std::cout << "wrote " << path.string() << "\nsubmit it with:  sbatch " << path.string()

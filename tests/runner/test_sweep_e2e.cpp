@@ -259,3 +259,15 @@ TEST_CASE("lock: a second sweep or run on a held directory fails at once naming 
   CHECK(fs::exists(run_dir / "summary.json"));
   CHECK(read(run_dir / ".lock") == std::to_string(long(child)) + "\n");
 }
+
+TEST_CASE("sweep --dry-run checks --shard too") {
+  const fs::path root = fresh_dir("dry_shard");
+  write_text_atomic((root / "s.toml").string(), sweep_file(4));
+  for (std::string shard : {"2/2", "x/2", "0/0", "-1/3"}) {
+    CAPTURE(shard);
+    CHECK(run_attnlab({"sweep", (root / "s.toml").string(), "--dry-run", "--shard", shard}, root / "log") != 0);
+    CHECK(read(root / "log").find("got '" + shard + "'") != std::string::npos);
+  }
+  CHECK(run_attnlab({"sweep", (root / "s.toml").string(), "--dry-run", "--shard", "1/2"}, root / "ok.log") == 0);
+  fs::remove_all(root);
+}
