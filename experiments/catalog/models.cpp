@@ -1,6 +1,7 @@
 // Model builders of the catalog (models.hpp).
 #include "experiments/catalog/models.hpp"
 
+#include <charconv>
 #include <fstream>
 #include <sstream>
 
@@ -160,7 +161,15 @@ LoadedRun load_run(const std::filesystem::path& dir) {
     if (k.rfind("model.", 0) == 0) weights[k.substr(6)] = v;
   model->load_state_dict(weights);
   model->eval();
-  return {std::move(config), std::move(task), model, md.count("step") ? std::stoll(md["step"]) : 0};
+  int64_t step = 0;
+  if (auto it = md.find("step"); it != md.end()) {
+    const std::string& s = it->second;
+    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), step);
+    if (ec != std::errc() || end != s.data() + s.size() || step < 0)
+      fail<FileError>("{}: checkpoint metadata 'step' is \"{}\", not a non-negative integer",
+                      (dir / "checkpoint.safetensors").string(), s);
+  }
+  return {std::move(config), std::move(task), model, step};
 }
 
 }  // namespace attnlab::catalog

@@ -211,6 +211,8 @@ void Config::set_value(const std::string& key, const Value& value, const std::st
   if (it->type == FieldType::Float && type_of(v) == FieldType::Int) v = double(std::get<int64_t>(v));
   if (type_of(v) != it->type)
     fail<ConfigError>("{}: key '{}' expects {}, got {}", source, key, type_name(it->type), describe(v));
+  if (it->type == FieldType::Float && std::isnan(std::get<double>(v)))
+    fail<ConfigError>("{}: key '{}' expects a number, got nan", source, key);
   values_[i] = std::move(v);
   origins_[i] = source;
 }

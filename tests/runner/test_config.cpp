@@ -118,6 +118,10 @@ TEST_CASE("config: --set values, verbatim strings and errors") {
   CHECK(error_of([&] { c.set("task.name=a\ntrain.steps=9"); }).find("spans several lines") != std::string::npos);
   CHECK(error_of([&] { c.set("train.steps=3\r"); }).find("spans several lines") != std::string::npos);
   CHECK(c.get_int("train.steps") == 7);
+  // nan is never a setting: it would read as "not set" downstream (an optimizer's lr).
+  CHECK(error_of([&] { c.set("train.lr=nan"); }) == "--set: key 'train.lr' expects a number, got nan");
+  CHECK(error_of([&] { c.merge_toml("[train]\nlr = nan\n", "run.toml"); }).find("'train.lr' expects a number, got nan") !=
+        std::string::npos);
 }
 
 TEST_CASE("config: set_value for sweeps, source order") {
