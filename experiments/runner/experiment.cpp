@@ -382,13 +382,27 @@ void RunContext::write_summary(const std::string& experiment) {
 namespace {
 
 // meta.json: written on the first session; later sessions keep it and append their start time.
-void write_meta(const fs::path& dir, const RunRequest& r) {
+// Writes meta.json, or appends this session to it; returns a warning when the session's thread
+// count differs from the previous one (the resumed run then differs in the last bits).
+std::string write_meta(const fs::path& dir, const RunRequest& r) {
   const fs::path path = dir / "meta.json";
+  const std::string now = utc_now_iso();
+  std::string warning;
   json j;
   if (fs::exists(path)) {
     j = json::parse(read_text(path), nullptr, false);
     if (j.is_discarded() || !j.is_object()) fail<FileError>("{}: not a JSON object", path.string());
-    j["resumed_at"].push_back(utc_now_iso());
+    j["resumed_at"].push_back(now);
+    // Files written before segments were recorded: the first session is `threads`.
+    if (!j.contains("segments") && j.contains("start_time") && j.contains("threads"))
+      j["segments"] = json::array({{{"start", j["start_time"]}, {"threads", j["threads"]}}});
+    const json& segs = j["segments"];
+    if (segs.is_array() && !segs.empty() && segs.back().contains("threads") && segs.back()["threads"].is_number_integer() &&
+        segs.back()["threads"].get<int64_t>() != num_threads())
+      warning = fmt::format("warning: resuming with {} threads, the previous session had {}; the results will differ "
+                            "in the last bits from an uninterrupted run (set ATTNLAB_NUM_THREADS={} to match)",
+                            num_threads(), segs.back()["threads"].get<int64_t>(), segs.back()["threads"].get<int64_t>());
+    j["segments"].push_back({{"start", now}, {"threads", num_threads()}});
   } else {
     j["experiment"] = r.experiment;
     j["preset"] = r.preset;
@@ -404,10 +418,12 @@ void write_meta(const fs::path& dir, const RunRequest& r) {
 #else
     j["attnlab_version"] = "unknown";
 #endif
-    j["start_time"] = utc_now_iso();
+    j["start_time"] = now;
     j["resumed_at"] = json::array();
+    j["segments"] = json::array({{{"start", now}, {"threads", num_threads()}}});
   }
   write_text_atomic(path.string(), j.dump(2) + "\n");
+  return warning;
 }
 
 // The first key whose value differs, as "key (run directory: a, now: b)"; "" when equal.
@@ -492,7 +508,7 @@ int run_experiment(const RunRequest& r, std::ostream& console, bool tty) {
     }
     fs::create_directories(dir);
     write_text_atomic((dir / "config.toml").string(), config->to_toml());
-    write_meta(dir, r);
+    if (const std::string warning = write_meta(dir, r); !warning.empty()) console << "attnlab run: " << warning << "\n";
   } catch (const Error& ex) {
     console << "attnlab run: " << ex.what() << "\n";
     return kExitFailed;

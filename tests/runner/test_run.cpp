@@ -100,6 +100,9 @@ void check_stop_and_resume(const std::string& name, const std::vector<std::strin
   CHECK(sa["steps"] == sb["steps"]);
   auto meta = nlohmann::json::parse(read(resumed / "meta.json"));
   CHECK(meta["resumed_at"].size() == 1);
+  REQUIRE(meta["segments"].size() == 2);
+  CHECK(meta["segments"][1]["threads"] == meta["segments"][0]["threads"]);
+  CHECK(second.console.find("warning") == std::string::npos);
   fs::remove_all(straight);
   fs::remove_all(resumed);
 }
@@ -255,6 +258,26 @@ TEST_CASE("run: a checkpoint whose steps are doctored is refused before any metr
   // The untouched checkpoint resumes.
   save("10", state);
   CHECK(run(dir).status == kExitComplete);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("run: resuming with another thread count warns, and meta.json records each session's count") {
+  fs::path dir = fresh_dir("threads");
+  const int before = num_threads(), other = before == 1 ? 2 : 1;
+  g_stop_at = 5;
+  REQUIRE(run(dir).status == kExitStopped);
+  g_stop_at = -1;
+  set_num_threads(other);
+  Result r = run(dir);
+  set_num_threads(before);
+  CHECK(r.status == kExitComplete);
+  CHECK(r.console.find(fmt::format("warning: resuming with {} threads, the previous session had {}", other, before)) !=
+        std::string::npos);
+  auto meta = nlohmann::json::parse(read(dir / "meta.json"));
+  REQUIRE(meta["segments"].size() == 2);
+  CHECK(meta["segments"][0]["threads"] == before);
+  CHECK(meta["segments"][1]["threads"] == other);
+  CHECK(meta["segments"][1]["start"] == meta["resumed_at"][0]);
   fs::remove_all(dir);
 }
 
