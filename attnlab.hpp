@@ -13,6 +13,7 @@
 #include "tensor/tensor.hpp"
 #include "optim/adam.hpp"
 #include "optim/clip.hpp"
+#include "optim/finite_loss.hpp"
 #include "optim/optimizer.hpp"
 #include "optim/schedule.hpp"
 #include "optim/sgd.hpp"

@@ -79,12 +79,13 @@ int train(const Args& a) {
   for (int64_t s = 1; s <= steps; ++s) {
     auto [x, y] = data::lm_batch(text.train, batch, seq_len, gen);
     Tensor loss = nn::cross_entropy(reshape(model.forward(x), {batch * seq_len, -1}), reshape(y, {-1}));
+    const double value = optim::check_finite_loss(loss, "char_lm", s);
     opt.zero_grad();
     loss.backward();
     optim::clip_grad_norm_(model.parameters(), 1.0);
     opt.step();
     sched.step();
-    smooth = s == 1 ? loss.item() : 0.98 * smooth + 0.02 * loss.item();
+    smooth = s == 1 ? value : 0.98 * smooth + 0.02 * value;
     if (s % 250 == 0 || s == steps) {
       double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       double bpc = val_bpc(model, text.val, seq_len, s == steps ? 4000 : 200);

@@ -68,11 +68,12 @@ int train(int epochs, uint64_t seed) {
     for (int64_t s = 0; s < steps_per_epoch; ++s) {
       Tensor idx = narrow(perm, 0, s * batch, batch);
       Tensor loss = nn::cross_entropy(model.forward(index_select(xtr, 0, idx)), index_select(train.labels, 0, idx));
+      const double value = optim::check_finite_loss(loss, "vit_fashion_mnist", e * steps_per_epoch + s + 1);
       opt.zero_grad();
       loss.backward();
       opt.step();
       sched.step();
-      loss_sum += loss.item();
+      loss_sum += value;
     }
     acc = accuracy(model, xte, test.labels);
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

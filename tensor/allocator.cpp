@@ -6,6 +6,8 @@
 #include <new>
 #include <vector>
 
+#include <unistd.h>
+
 namespace attnlab {
 namespace {
 
@@ -38,6 +40,14 @@ Cache& cache() {
 }
 
 }  // namespace
+
+int64_t physical_memory_bytes() {
+  static const int64_t bytes = [] {
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    return pages > 0 && page > 0 ? int64_t{pages} * page : INT64_MAX;
+  }();
+  return bytes;
+}
 
 void* storage_alloc(size_t bytes, size_t* capacity) {
   size_t rounded;

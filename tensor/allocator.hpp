@@ -21,6 +21,9 @@ void reset_peak_bytes();
 // Returns every cached block to the system.
 void empty_cache();
 
+// The machine's physical memory in bytes (sysconf); no single tensor may ask for more.
+int64_t physical_memory_bytes();
+
 // Blocks are 64-byte aligned; `bytes` is rounded up to the block's size class.
 void* storage_alloc(size_t bytes, size_t* capacity);
 void storage_free(void* p, size_t capacity);

@@ -22,6 +22,8 @@ struct IndexError : Error { using Error::Error; };
 struct ValueError : Error { using Error::Error; };
 // Misuse of the autograd engine (backward twice, non-scalar root without gradient, ...).
 struct AutogradError : Error { using Error::Error; };
+// A tensor larger than the machine can hold; the message names the shape, dtype and bytes.
+struct MemoryError : Error { using Error::Error; };
 // A file that cannot be read, written or parsed; the message names the path and the defect.
 struct FileError : Error { using Error::Error; };
 

@@ -34,6 +34,22 @@ std::string describe_byte(char c) {
   return fmt::format("byte 0x{:02x}", u);
 }
 
+// The length of the well-formed UTF-8 sequence starting at s[i] (a byte >= 0x80), or 0 if it is
+// not one: RFC 3629, so no overlong forms, no surrogates, nothing above U+10FFFF.
+size_t utf8_length(std::string_view s, size_t i) {
+  const auto b = [&](size_t k) { return i + k < s.size() ? static_cast<unsigned char>(s[i + k]) : 0u; };
+  const auto cont = [&](size_t k, unsigned lo = 0x80, unsigned hi = 0xbf) { return b(k) >= lo && b(k) <= hi; };
+  const unsigned c = b(0);
+  if (c >= 0xc2 && c <= 0xdf) return cont(1) ? 2 : 0;
+  if (c == 0xe0) return cont(1, 0xa0) && cont(2) ? 3 : 0;
+  if ((c >= 0xe1 && c <= 0xec) || c == 0xee || c == 0xef) return cont(1) && cont(2) ? 3 : 0;
+  if (c == 0xed) return cont(1, 0x80, 0x9f) && cont(2) ? 3 : 0;
+  if (c == 0xf0) return cont(1, 0x90) && cont(2) && cont(3) ? 4 : 0;
+  if (c >= 0xf1 && c <= 0xf3) return cont(1) && cont(2) && cont(3) ? 4 : 0;
+  if (c == 0xf4) return cont(1, 0x80, 0x8f) && cont(2) && cont(3) ? 4 : 0;
+  return 0;
+}
+
 void append_utf8(std::string& out, uint32_t cp) {
   if (cp < 0x80) {
     out += static_cast<char>(cp);
@@ -201,6 +217,13 @@ class Parser {
         return out;
       }
       if (static_cast<unsigned char>(c) < 0x20) error(i_, "unescaped control {} in a string", describe_byte(c));
+      if (static_cast<unsigned char>(c) >= 0x80) {
+        const size_t n = utf8_length(s_, i_);
+        if (n == 0) error(i_, "invalid UTF-8 byte {} in a string", describe_byte(c));
+        out.append(s_.substr(i_, n));
+        i_ += n;
+        continue;
+      }
       if (c != '\\') {
         out += c;
         ++i_;

@@ -10,6 +10,14 @@ std::string to_string(const Dims& d) {
   return s + ")";
 }
 
+void fail_bad_shape(const Dims& shape) {
+  for (int64_t s : shape)
+    if (s < 0) fail<ShapeError>("shape {} has a negative size ({}); sizes must be >= 0", to_string(shape), s);
+  fail<ShapeError>("shape {} has more elements than a tensor can index (the product of its sizes must be at most "
+                   "2^63-1 = {})",
+                   to_string(shape), INT64_MAX);
+}
+
 int wrap_dim(int64_t dim, int ndim, const char* op) {
   int64_t lo = -std::max(ndim, 1), hi = std::max(ndim, 1) - 1;
   if (dim < lo || dim > hi)

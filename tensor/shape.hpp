@@ -64,15 +64,28 @@ class Dims {
 // "(2,3,4)"; a 0-d shape prints as "()".
 std::string to_string(const Dims& d);
 
+// Throws ShapeError naming `shape`: it has a negative size, or more elements than int64 counts.
+[[noreturn]] void fail_bad_shape(const Dims& shape);
+
+// Checked: every size must be >= 0 and the product of the nonzero sizes must fit in int64, so
+// that the element count and every contiguous stride are exact. A zero size gives 0 elements.
 inline int64_t numel_of(const Dims& shape) {
   int64_t n = 1;
-  for (int64_t s : shape) n *= s;
-  return n;
+  bool zero = false;
+  for (int64_t s : shape) {
+    if (s < 0 || __builtin_mul_overflow(n, s == 0 ? 1 : s, &n)) [[unlikely]]
+      fail_bad_shape(shape);
+    zero |= s == 0;
+  }
+  return zero ? 0 : n;
 }
 
+// Row-major strides; checked like numel_of (a stride is a product of trailing sizes).
 inline Dims contiguous_strides(const Dims& shape) {
   Dims st = Dims::filled(shape.size(), 1);
-  for (int i = shape.size() - 2; i >= 0; --i) st[i] = st[i + 1] * std::max<int64_t>(shape[i + 1], 1);
+  for (int i = shape.size() - 2; i >= 0; --i)
+    if (shape[i + 1] < 0 || __builtin_mul_overflow(st[i + 1], std::max<int64_t>(shape[i + 1], 1), &st[i]))
+      [[unlikely]] fail_bad_shape(shape);
   return st;
 }
 

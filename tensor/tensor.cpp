@@ -1,14 +1,42 @@
 #include "tensor/tensor.hpp"
 
+#include <new>
+
 #include "tensor/pool.hpp"
 
 namespace attnlab {
 
+namespace {
+
+std::string gib(int64_t bytes) { return fmt::format("{:.1f} GiB", double(bytes) / double(int64_t{1} << 30)); }
+
+// The bytes a contiguous `shape` of `dtype` needs, checked against overflow and against the
+// machine's physical memory, so an impossible request is an error naming what was asked
+// rather than a std::bad_alloc or a wrapped-around size.
+size_t checked_bytes(const Dims& shape, DType dtype) {
+  const int64_t n = numel_of(shape);  // ShapeError on a negative size or an int64 overflow
+  int64_t bytes;
+  if (__builtin_mul_overflow(n, int64_t(itemsize(dtype)), &bytes))
+    fail<MemoryError>("empty: a {} tensor of shape {} needs {} x {} bytes, more than 2^63-1 bytes",
+                      dtype_name(dtype), to_string(shape), n, itemsize(dtype));
+  if (bytes > physical_memory_bytes())
+    fail<MemoryError>("empty: a {} tensor of shape {} needs {} bytes ({}), more than the machine's {} of "
+                      "physical memory",
+                      dtype_name(dtype), to_string(shape), bytes, gib(bytes), gib(physical_memory_bytes()));
+  return static_cast<size_t>(bytes);
+}
+
+}  // namespace
+
 Tensor Tensor::empty(const Dims& shape, DType dtype) {
-  for (int64_t s : shape)
-    if (s < 0) fail<ShapeError>("empty: negative size in shape {}", to_string(shape));
   auto impl = make_pooled<TensorImpl>();
-  impl->storage = make_pooled<Storage>(static_cast<size_t>(numel_of(shape) * itemsize(dtype)));
+  const size_t bytes = checked_bytes(shape, dtype);
+  try {
+    impl->storage = make_pooled<Storage>(bytes);
+  } catch (const std::bad_alloc&) {
+    fail<MemoryError>("empty: the system cannot allocate {} bytes ({}) for a {} tensor of shape {}", bytes,
+                      gib(int64_t(bytes)), dtype_name(dtype), to_string(shape));
+  }
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
   impl->dtype = dtype;

@@ -182,6 +182,7 @@ bool finetune(nn::EncoderClassifier& model, const TaskData& task, const Config& 
     if (ctx.should_stop()) return false;
     data::Batch b = loader.next();
     Tensor loss = nn::cross_entropy(model.forward(b.inputs, task.padding_mask(b.inputs)), b.targets);  // (B, C) vs (B)
+    optim::check_finite_loss(loss, "collab_compress fine-tuning", step + 1);
     opt.zero_grad();
     loss.backward();
     optim::clip_grad_norm_(params, config.get_float("train.clip"));

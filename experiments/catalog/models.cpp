@@ -1,6 +1,7 @@
 // Model builders of the catalog (models.hpp).
 #include "experiments/catalog/models.hpp"
 
+#include <charconv>
 #include <fstream>
 #include <sstream>
 
@@ -250,7 +251,15 @@ LoadedRun load_run(const std::filesystem::path& dir) {
   TensorMap state = load_safetensors((dir / "checkpoint.safetensors").string(), &md);
   model->load_state_dict(model_entries(state));
   model->eval();
-  return {std::move(config), std::move(task), model, md.count("step") ? std::stoll(md["step"]) : 0};
+  int64_t step = 0;
+  if (auto it = md.find("step"); it != md.end()) {
+    const std::string& s = it->second;
+    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), step);
+    if (ec != std::errc() || end != s.data() + s.size() || step < 0)
+      fail<FileError>("{}: checkpoint metadata 'step' is \"{}\", not a non-negative integer",
+                      (dir / "checkpoint.safetensors").string(), s);
+  }
+  return {std::move(config), std::move(task), model, step};
 }
 
 nn::LoadedLM load_lm_run(const std::filesystem::path& path) {

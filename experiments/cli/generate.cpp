@@ -5,6 +5,7 @@
 // bytes in hex, id order; "tokenizer.unk": whether id 0 is <unk>), and load_lm_run supplies the
 // same from the run's task, so the prompt and the output are text; without a tokenizer,
 // --prompt-ids and the output are token ids.
+#include <charconv>
 #include <chrono>
 #include <filesystem>
 #include <optional>
@@ -50,7 +51,13 @@ std::optional<Tokenizer> read_tokenizer(const Metadata& m, const std::string& pa
   Tokenizer t;
   const std::string& hex = it->second;
   if (hex.size() % 2) fail<FileError>("{}: tokenizer.bytes must be hex pairs", path);
-  for (size_t i = 0; i < hex.size(); i += 2) t.bytes.push_back(static_cast<unsigned char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
+  for (size_t i = 0; i < hex.size(); i += 2) {
+    unsigned value = 0;
+    auto [end, ec] = std::from_chars(hex.data() + i, hex.data() + i + 2, value, 16);
+    if (ec != std::errc() || end != hex.data() + i + 2)
+      fail<FileError>("{}: tokenizer.bytes must be hex pairs, got '{}' at offset {}", path, hex.substr(i, 2), i);
+    t.bytes.push_back(static_cast<unsigned char>(value));
+  }
   auto u = m.find("tokenizer.unk");
   t.unk = u != m.end() && u->second == "true";
   if (static_cast<int64_t>(t.bytes.size()) != vocab)

@@ -110,6 +110,7 @@ void add_run_command(CLI::App& app, int& status, const std::string& command_line
   cmd->add_flag("--dry-run", *dry_run,
                 "validate the config (keys, values, attention spec, model shapes), print it as TOML on stdout "
                 "and say what the run directory would see; create nothing");
+  cmd->add_flag("--wait", req->wait, "if another process holds the run directory, wait for it (default: fail at once)");
   cmd->footer(
       "The config is validated before the run directory is created. A run directory holding the\n"
       "same config resumes (unfinished) or does nothing (complete); another config is refused with\n"

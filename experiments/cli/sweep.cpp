@@ -54,6 +54,8 @@ void add_sweep_commands(CLI::App& app, int& status) {
       ->check(CLI::Range(1, 1024));
   sweep->add_option("--shard", a->shard, "run only the runs with index % N == i, into DIR/shards/shard-i-of-N.sqlite "
                                          "(merge with `attnlab report DIR`)");
+  sweep->add_flag("--wait", a->options.wait, "if another process holds the sweep directory, wait for it (default: "
+                                            "fail at once naming its pid)");
   sweep->add_flag("--emit-slurm", a->emit_slurm, "write DIR/sweep.sbatch, a Slurm job array with one task per shard, "
                                                  "and run nothing");
   sweep->add_flag("--dry-run", a->dry_run, "list the runs (id and axis values) and validate every run's config, "
@@ -64,13 +66,13 @@ void add_sweep_commands(CLI::App& app, int& status) {
       ->check(CLI::Range(1, 1024));
   sweep->callback([a, &status] {
     runner::SweepOptions& o = a->options;
+    if (!a->shard.empty()) std::tie(o.shard, o.shards) = parse_shard(a->shard);  // checked in a dry run too
     if (a->dry_run) {
       runner::dry_run_sweep(o.sweep_file, std::cout);
       status = 0;
       return;
     }
     if (!a->out.empty()) o.dir = a->out;
-    if (!a->shard.empty()) std::tie(o.shard, o.shards) = parse_shard(a->shard);
     if (a->emit_slurm) {
       const auto path = runner::emit_slurm(o, a->shards, a->cpus_per_task);
       std::cout << "wrote " << path.string() << "\nsubmit it with:  sbatch " << path.string()

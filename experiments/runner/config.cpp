@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <optional>
@@ -99,6 +100,11 @@ std::optional<Value> scalar(const toml::node& n) {
 }
 
 std::string read_file(const std::string& path) {
+  // A directory opens as an empty stream on Linux; it would read as an empty config.
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
+    fail<FileError>("config: '{}' is {}, not a regular file", path,
+                    std::filesystem::is_directory(path, ec) ? "a directory" : "a special file");
   std::ifstream in(path, std::ios::binary);
   if (!in) fail<FileError>("config: cannot read '{}'", path);
   std::ostringstream ss;
@@ -219,6 +225,8 @@ void Config::set_value(const std::string& key, const Value& value, const std::st
   if (it->type == FieldType::Float && type_of(v) == FieldType::Int) v = double(std::get<int64_t>(v));
   if (type_of(v) != it->type)
     fail<ConfigError>("{}: key '{}' expects {}, got {}", source, key, type_name(it->type), describe(v));
+  if (it->type == FieldType::Float && std::isnan(std::get<double>(v)))
+    fail<ConfigError>("{}: key '{}' expects a number, got nan", source, key);
   values_[i] = std::move(v);
   origins_[i] = source;
 }
@@ -262,6 +270,8 @@ void Config::merge_toml(const std::string& text, const std::string& source) {
 void Config::merge_file(const std::string& path) { merge_toml(read_file(path), path); }
 
 void Config::set(const std::string& assignment) {
+  if (assignment.find_first_of("\n\r") != std::string::npos)
+    fail<ConfigError>("--set: '{}' spans several lines; give one key=value per --set", assignment);
   auto eq = assignment.find('=');
   if (eq == std::string::npos)
     fail<ConfigError>("--set: '{}' is not key=value (e.g. --set train.steps=2000)", assignment);

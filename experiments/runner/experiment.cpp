@@ -6,7 +6,9 @@
 
 #include <unistd.h>
 
+#include <charconv>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <ctime>
@@ -15,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "experiments/runner/dir_lock.hpp"
 #include "experiments/runner/task.hpp"
 #include "tensor/parallel.hpp"
 
@@ -23,6 +26,63 @@ using json = nlohmann::ordered_json;
 
 namespace attnlab::runner {
 namespace {
+
+// The checkpoint's step is stored twice, in the metadata and as this tensor, and the Trainer
+// stores it a third time ("trainer.step"); a checkpoint is used only when they agree.
+constexpr const char* kStepTensor = "run.step";
+
+template <class T>
+T parse_field(const fs::path& ckpt, const Metadata& meta, const char* key) {
+  auto it = meta.find(key);
+  if (it == meta.end()) fail<FileError>("{}: checkpoint metadata has no '{}'", ckpt.string(), key);
+  const std::string& s = it->second;
+  T v{};
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  bool ok = ec == std::errc() && p == s.data() + s.size() && !s.empty() && s[0] != '-' && s[0] != '+';
+  if constexpr (std::is_floating_point_v<T>) ok = ok && std::isfinite(v);
+  if (!ok)
+    fail<FileError>("{}: checkpoint metadata '{}' is \"{}\", not a {}", ckpt.string(), key, s,
+                    std::is_floating_point_v<T> ? "finite number >= 0" : "non-negative integer");
+  return v;
+}
+
+// Element 0 of the int64 tensor `key`, if the checkpoint has it.
+std::optional<int64_t> step_tensor(const fs::path& ckpt, const TensorMap& tensors, const std::string& key) {
+  auto it = tensors.find(key);
+  if (it == tensors.end()) return std::nullopt;
+  const Tensor& t = it->second;
+  if (t.dtype() != kInt64 || t.numel() < 1)
+    fail<FileError>("{}: checkpoint tensor '{}' should hold int64 steps, got {} of shape {}", ckpt.string(), key,
+                    dtype_name(t.dtype()), to_string(t.shape()));
+  return t.to_vector<int64_t>()[0];
+}
+
+struct CheckpointFile {
+  int64_t step;
+  double time, peak_rss_mb;
+  uint64_t generator_seed, generator_offset;
+  TensorMap tensors;  // without the run.step tensor
+};
+
+// Reads a run's checkpoint, with every metadata number parsed strictly and the step checked
+// against the run.step and trainer.step tensors: a mismatch is a FileError naming them all.
+CheckpointFile read_checkpoint_file(const fs::path& ckpt) {
+  Metadata meta;
+  CheckpointFile c;
+  c.tensors = load_safetensors(ckpt.string(), &meta);
+  c.step = parse_field<int64_t>(ckpt, meta, "step");
+  c.time = parse_field<double>(ckpt, meta, "time");
+  c.peak_rss_mb = parse_field<double>(ckpt, meta, "peak_rss_mb");
+  c.generator_seed = parse_field<uint64_t>(ckpt, meta, "generator_seed");
+  c.generator_offset = parse_field<uint64_t>(ckpt, meta, "generator_offset");
+  for (const char* key : {kStepTensor, "trainer.step"})
+    if (auto s = step_tensor(ckpt, c.tensors, key); s && *s != c.step)
+      fail<FileError>("{}: the checkpoint's steps disagree: metadata 'step' = {}, tensor '{}' = {}; the file is "
+                      "damaged or edited (delete it to restart the run)",
+                      ckpt.string(), c.step, key, *s);
+  c.tensors.erase(kStepTensor);
+  return c;
+}
 
 // ---- the registry ----
 
@@ -208,19 +268,12 @@ RunContext::RunContext(Config config, fs::path dir, Options options)
   int64_t keep_up_to = -1;  // metrics lines to keep: steps <= this
   const fs::path ckpt = dir_ / "checkpoint.safetensors";
   if (fs::exists(ckpt)) {
-    Metadata meta;
-    TensorMap tensors = load_safetensors(ckpt.string(), &meta);
-    auto field = [&](const char* k) -> const std::string& {
-      auto it = meta.find(k);
-      if (it == meta.end()) fail<FileError>("{}: checkpoint metadata has no '{}'", ckpt.string(), k);
-      return it->second;
-    };
-    const int64_t step = std::stoll(field("step"));
-    time_offset_ = std::stod(field("time"));
-    peak_rss_offset_ = std::stod(field("peak_rss_mb"));
-    generator_.set_state(std::stoull(field("generator_seed")), std::stoull(field("generator_offset")));
-    checkpoint_.emplace(step, std::move(tensors));
-    last_step_ = keep_up_to = step;
+    CheckpointFile c = read_checkpoint_file(ckpt);
+    time_offset_ = c.time;
+    peak_rss_offset_ = c.peak_rss_mb;
+    generator_.set_state(c.generator_seed, c.generator_offset);
+    checkpoint_.emplace(c.step, std::move(c.tensors));
+    last_step_ = keep_up_to = c.step;  // proven: metadata and state tensors agree
   }
   // Lines past the checkpoint (or every line, for a run that never saved one) belong to a
   // session that will be replayed: drop them so no step is recorded twice.
@@ -305,12 +358,15 @@ void RunContext::progress(int64_t step, int64_t total, double loss) {
 void RunContext::save_checkpoint(int64_t step, const TensorMap& state) {
   for (const auto& [name, t] : state)
     if (!t.defined()) fail<ValueError>("RunContext::save_checkpoint: tensor '{}' is undefined", name);
+  if (step < 0) fail<ValueError>("RunContext::save_checkpoint: step {} is negative", step);
+  TensorMap saved = state;
+  saved[kStepTensor] = from_vector(std::vector<int64_t>{step}, {1});
   Metadata meta{{"step", std::to_string(step)},
                 {"time", fmt::format("{}", seconds())},
                 {"peak_rss_mb", fmt::format("{}", std::max(peak_rss_offset_, peak_rss_mb()))},
                 {"generator_seed", std::to_string(generator_.seed())},
                 {"generator_offset", std::to_string(generator_.offset())}};
-  save_safetensors((dir_ / "checkpoint.safetensors").string(), state, meta);  // temp file + rename
+  save_safetensors((dir_ / "checkpoint.safetensors").string(), saved, meta);  // temp file + rename
   last_step_ = std::max(last_step_, step);
 }
 
@@ -318,11 +374,8 @@ std::optional<std::pair<int64_t, TensorMap>> RunContext::load_checkpoint() const
   if (checkpoint_) return checkpoint_;
   const fs::path ckpt = dir_ / "checkpoint.safetensors";
   if (!fs::exists(ckpt)) return std::nullopt;
-  Metadata meta;
-  TensorMap tensors = load_safetensors(ckpt.string(), &meta);
-  auto it = meta.find("step");
-  if (it == meta.end()) fail<FileError>("{}: checkpoint metadata has no 'step'", ckpt.string());
-  return std::make_pair(std::stoll(it->second), std::move(tensors));
+  CheckpointFile c = read_checkpoint_file(ckpt);
+  return std::make_pair(c.step, std::move(c.tensors));
 }
 
 bool RunContext::should_stop() const { return stop_requested_ || g_signal.load(); }
@@ -369,13 +422,27 @@ std::string failure_message(const fs::path& run_dir) {
 namespace {
 
 // meta.json: written on the first session; later sessions keep it and append their start time.
-void write_meta(const fs::path& dir, const RunRequest& r) {
+// Writes meta.json, or appends this session to it; returns a warning when the session's thread
+// count differs from the previous one (the resumed run then differs in the last bits).
+std::string write_meta(const fs::path& dir, const RunRequest& r) {
   const fs::path path = dir / "meta.json";
+  const std::string now = utc_now_iso();
+  std::string warning;
   json j;
   if (fs::exists(path)) {
     j = json::parse(read_text(path), nullptr, false);
     if (j.is_discarded() || !j.is_object()) fail<FileError>("{}: not a JSON object", path.string());
-    j["resumed_at"].push_back(utc_now_iso());
+    j["resumed_at"].push_back(now);
+    // Files written before segments were recorded: the first session is `threads`.
+    if (!j.contains("segments") && j.contains("start_time") && j.contains("threads"))
+      j["segments"] = json::array({{{"start", j["start_time"]}, {"threads", j["threads"]}}});
+    const json& segs = j["segments"];
+    if (segs.is_array() && !segs.empty() && segs.back().contains("threads") && segs.back()["threads"].is_number_integer() &&
+        segs.back()["threads"].get<int64_t>() != num_threads())
+      warning = fmt::format("warning: resuming with {} threads, the previous session had {}; the results will differ "
+                            "in the last bits from an uninterrupted run (set ATTNLAB_NUM_THREADS={} to match)",
+                            num_threads(), segs.back()["threads"].get<int64_t>(), segs.back()["threads"].get<int64_t>());
+    j["segments"].push_back({{"start", now}, {"threads", num_threads()}});
   } else {
     j["experiment"] = r.experiment;
     j["preset"] = r.preset;
@@ -391,10 +458,12 @@ void write_meta(const fs::path& dir, const RunRequest& r) {
 #else
     j["attnlab_version"] = "unknown";
 #endif
-    j["start_time"] = utc_now_iso();
+    j["start_time"] = now;
     j["resumed_at"] = json::array();
+    j["segments"] = json::array({{{"start", now}, {"threads", num_threads()}}});
   }
   write_text_atomic(path.string(), j.dump(2) + "\n");
+  return warning;
 }
 
 // Every key whose value differs, as "'key' (run directory: a, now: b)" joined by ", "; "" when equal.
@@ -430,7 +499,7 @@ struct SignalGuard {
 bool only_sweep_files(const fs::path& dir) {
   for (const auto& entry : fs::directory_iterator(dir)) {
     const std::string name = entry.path().filename().string();
-    if (name != "point.json" && name != "stdout.txt") return false;
+    if (name != "point.json" && name != "stdout.txt" && name != DirLock::kFileName) return false;
   }
   return true;
 }
@@ -558,7 +627,14 @@ int run_experiment(const RunRequest& r, std::ostream& console, bool tty) {
   std::optional<Config> config = validated_config(r, e, console);
   if (!config) return kExitUsage;
   const fs::path& dir = r.run_dir;
+  std::unique_ptr<DirLock> lock;  // held until the run returns
   try {
+    // Locked before anything is read, so a second process never sees a half-written run. A
+    // directory that is not a run directory is left untouched (and refused below).
+    if (!fs::exists(dir) || fs::exists(dir / "config.toml") || only_sweep_files(dir)) {
+      fs::create_directories(dir);
+      lock = std::make_unique<DirLock>(dir, r.wait);
+    }
     DirState state = examine_run_dir(dir, *e, *config);
     if (state.kind == DirState::kNotARun || (state.kind == DirState::kOtherConfig && !r.force)) {
       console << "attnlab run: " << refusal(dir, state) << "\n";
@@ -566,8 +642,10 @@ int run_experiment(const RunRequest& r, std::ostream& console, bool tty) {
     }
     if (r.force && state.kind != DirState::kFresh) {
       const fs::path aside = set_aside_name(dir);
-      fs::rename(without_trailing_slash(dir), aside);
+      fs::rename(without_trailing_slash(dir), aside);  // the lock's file goes with it, still held
       console << "attnlab run: --force: moved " << dir.string() << " to " << aside.string() << "\n";
+      fs::create_directories(dir);
+      lock = std::make_unique<DirLock>(dir, r.wait);  // the new directory's, then the old one's released
     } else if (state.kind == DirState::kComplete) {
       console << "attnlab run: " << dir.string()
               << " holds this complete run (summary.json, same config); nothing to do (--force starts it afresh)\n";
@@ -576,7 +654,7 @@ int run_experiment(const RunRequest& r, std::ostream& console, bool tty) {
     fs::create_directories(dir);
     fs::remove(dir / "failure.json");  // the record of a failed attempt; this process runs the run again
     write_text_atomic((dir / "config.toml").string(), config->to_toml());
-    write_meta(dir, r);
+    if (const std::string warning = write_meta(dir, r); !warning.empty()) console << "attnlab run: " << warning << "\n";
   } catch (const Error& ex) {
     console << "attnlab run: " << ex.what() << "\n";
     return kExitFailed;

@@ -112,6 +112,7 @@ struct RunRequest {
   std::filesystem::path run_dir;
   std::string command_line;           // recorded in meta.json
   bool force = false;                 // set an existing run aside (DIR.old-N) and start afresh
+  bool wait = false;                  // another process holds run_dir: wait (else fail at once)
 };
 
 // Exit statuses of `attnlab run` (see above).

@@ -67,7 +67,15 @@ std::vector<Axis> read_axes(const toml::table& t, const std::string& path, const
     if (key == "seed")
       fail<SweepError>("{}:{}: [{}] 'seed' is swept by the top-level `seeds = [...]` list instead", path, line, section);
     Axis a{key, {}, line};
-    for (const toml::node& v : *arr) a.values.push_back(to_value(v, path, section + "." + key));
+    for (const toml::node& v : *arr) {
+      Value value = to_value(v, path, section + "." + key);
+      // A repeated grid value would run the same config twice; zip lists may repeat a value
+      // (their runs differ in the other zipped keys).
+      if (section == "grid" && std::find(a.values.begin(), a.values.end(), value) != a.values.end())
+        fail<SweepError>("{}:{}: [grid] '{}' lists {} twice (each value makes its own runs)", path, line_of(v), key,
+                         to_toml_value(value));
+      a.values.push_back(std::move(value));
+    }
     axes.push_back(std::move(a));
   }
   return axes;
@@ -234,6 +242,9 @@ SweepSpec parse_sweep(const std::string& text, const std::string& path) {
       for (const toml::node& n : *arr) {
         const auto* i = n.as_integer();
         if (!i) fail<SweepError>("{}:{}: 'seeds' must be a list of integers", path, line_of(n));
+        if (std::find(s.seeds.begin(), s.seeds.end(), i->get()) != s.seeds.end())
+          fail<SweepError>("{}:{}: 'seeds' lists seed {} twice (it would run the same runs twice)", path, line_of(n),
+                           i->get());
         s.seeds.push_back(i->get());
       }
       s.seeds_line = line_of(v);

@@ -192,6 +192,7 @@ struct SweepOptions {
   int shard = 0, shards = 1;  // run the runs with index % shards == shard
   std::string executable = "/proc/self/exe";  // the attnlab binary the runs are started with
   int cores = 0;              // 0 = the cores this process may run on
+  bool wait = false;          // another process holds the directory (or shard): wait for it
 };
 
 // Runs (or resumes) a sweep; progress lines go to `out`. Returns the exit status: 0 every run

@@ -26,6 +26,7 @@
 #include <sstream>
 #include <thread>
 
+#include "experiments/runner/dir_lock.hpp"
 #include "experiments/runner/experiment.hpp"
 #include "experiments/runner/store.hpp"
 #include "nn/attention/registry.hpp"
@@ -227,6 +228,11 @@ int run_sweep(const SweepOptions& options, std::ostream& out) {
 
   const fs::path dir = options.dir.empty() ? default_sweep_dir(options.sweep_file) : options.dir;
   fs::create_directories(dir / "runs");
+  // One process per directory; the shards of a sharded sweep each hold their own lock, and every
+  // run directory is locked again by its `attnlab run`.
+  const DirLock lock(dir, options.wait,
+                     options.shards > 1 ? fmt::format(".lock.shard-{}-of-{}", options.shard, options.shards)
+                                        : std::string(DirLock::kFileName));
   // The copy pins the run numbering: another sweep file would give runs/0003 another meaning.
   const fs::path copy = dir / "sweep.toml";
   if (fs::exists(copy)) {

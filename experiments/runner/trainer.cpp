@@ -13,6 +13,7 @@
 #include "autograd/grad_mode.hpp"
 #include "autograd/ops.hpp"
 #include "optim/clip.hpp"
+#include "optim/finite_loss.hpp"
 #include "tensor/random.hpp"
 
 namespace attnlab::runner {
@@ -337,6 +338,9 @@ bool Trainer::fit() {
   if (!loss) fail<ValueError>("Trainer::fit: set trainer.loss first");
   if (auto ck = ctx_.load_checkpoint()) {
     restore(ck->second);  // a resumed run continues its own training, whatever init_from says
+    if (step_ > total_)
+      fail<ValueError>("Trainer: the checkpoint is at step {}, beyond train.steps = {}; it is not this run's", step_,
+                       total_);
   } else if (!init_from_.empty()) {
     InitFromResult r = init_from_checkpoint(model_, init_from_);
     ctx_.logf("init_from {}: {} tensors loaded", init_from_, r.loaded);
@@ -353,17 +357,16 @@ bool Trainer::fit() {
     }
     const double t0 = now();
     Tensor l = loss(step_);
+    const double value = optim::check_finite_loss(l, "Trainer", step_ + 1);
     opt_->zero_grad();
     l.backward();
     if (clip_ > 0) optim::clip_grad_norm_(params_, clip_);
     const double lr = opt_->param_groups()[0].lr;
     opt_->step();
     sched_->step();
-    const double value = l.item();
     train_seconds_ += now() - t0;
     ++session_steps_;
     ++step_;
-    if (!std::isfinite(value)) fail<ValueError>("Trainer: the loss is {} at step {}", value, step_);
     loss_sum_ += value;
     ++loss_count_;
     ctx_.progress(step_, total_, value);

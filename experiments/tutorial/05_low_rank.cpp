@@ -31,6 +31,7 @@ double fit(const Tensor& target, int64_t dk, int steps) {
   optim::Adam opt(std::vector<Tensor>{q, k}, {.lr = 0.05});
   for (int s = 0; s < steps; ++s) {
     Tensor loss = sum(square(matmul(q, transpose(k, 0, 1)) - target));
+    optim::check_finite_loss(loss, "low-rank fit", s + 1);
     opt.zero_grad();
     loss.backward();
     opt.step();

@@ -63,6 +63,7 @@ void lesson() {
     Batch b = make_batch(64, 6, data);
     Tensor task = nn::cross_entropy(model.forward(b.tokens), b.labels);
     Tensor loss = task + nn::l0_penalty(model) * 1.0;
+    optim::check_finite_loss(loss, "gate training", step);
     opt.zero_grad();
     loss.backward();
     opt.step();

@@ -431,7 +431,9 @@ bool StridedSparseAttention::allows(int64_t n, int64_t m) const {
 }
 
 std::vector<PatternAttention::Part> StridedSparseAttention::parts(int64_t n, int64_t m, bool causal) const {
-  const int64_t l = stride;
+  // A stride beyond max(n, m) only adds empty residue classes and a band that covers every
+  // pair already; clamping keeps the groups O(N) for any stride.
+  const int64_t l = std::min<int64_t>(stride, std::max<int64_t>({n, m, 1}));
   std::vector<Part> out;
   Part band = band_part(n, m, l - 1, l - 1, causal);  // |n - m| < l
   band.tile = tile_for_band(l);

@@ -1,5 +1,7 @@
 #include "nn/attention/registry.hpp"
 
+#include <new>
+
 #include "nn/attention/bigbird.hpp"
 #include "nn/attention/collaborative.hpp"
 #include "nn/attention/compressed.hpp"
@@ -96,10 +98,29 @@ void clear_variant_registration_errors() { refused().clear(); }
 
 const VariantSchema& registered_schema(const std::string& name) { return find_variant(name).schema; }
 
+namespace {
+
+// Shape and memory errors raised inside a variant's constructor name a tensor, not what the user
+// asked for; they are rethrown with the spec and d_model in front, keeping their type.
+std::shared_ptr<Attention> build(const Variant& v, const Spec& spec, int64_t d_model) {
+  Options options(v.schema, spec);
+  const auto context = [&] { return fmt::format("attention {} with d_model={}: ", to_string(spec), d_model); };
+  try {
+    return v.make(options, d_model);
+  } catch (const ShapeError& e) {
+    throw ShapeError(context() + e.what());
+  } catch (const MemoryError& e) {
+    throw MemoryError(context() + e.what());
+  } catch (const std::bad_alloc&) {
+    throw MemoryError(context() + "out of memory while allocating its parameters");
+  }
+}
+
+}  // namespace
+
 std::shared_ptr<Attention> make_attention(const std::string& text, int64_t d_model) {
   Spec spec = parse_spec(text);
-  const Variant& v = find_variant(spec.name);
-  return v.make(Options(v.schema, spec), d_model);
+  return build(find_variant(spec.name), spec, d_model);
 }
 
 }  // namespace attnlab::nn

@@ -1,5 +1,7 @@
 #include "nn/attention/spec.hpp"
 
+#include <cmath>
+
 #include "tensor/error.hpp"
 
 namespace attnlab::nn {
@@ -112,9 +114,16 @@ void Options::reject(const std::string& name, const std::string& why) const {
   fail<ValueError>("{}: option {}={}: {}", variant_, name, raw(name), why);
 }
 
+// Int options size tensors; the bound keeps a product of a few of them inside int64, so an
+// absurd value is an error naming the option rather than an overflow (docs/attention.md,
+// "Spec strings").
+constexpr int64_t kMaxOptionInt = 2147483647;
+
 int64_t Options::get_int(const std::string& name) const {
   int64_t v;
   if (!parse_int(raw(name), &v)) reject(name, "expected " + type_name(OptionType::Int));
+  if (v > kMaxOptionInt || v < -kMaxOptionInt)
+    reject(name, fmt::format("expected an integer of magnitude at most 2^31-1 = {}", kMaxOptionInt));
   return v;
 }
 
@@ -126,6 +135,7 @@ std::optional<int64_t> Options::get_optional_int(const std::string& name) const 
 double Options::get_double(const std::string& name) const {
   double v;
   if (!parse_double(raw(name), &v)) reject(name, "expected " + type_name(OptionType::Double));
+  if (!std::isfinite(v)) reject(name, "expected a finite number, not nan or inf");
   return v;
 }
 
@@ -162,6 +172,8 @@ std::vector<int64_t> Options::get_int_list(const std::string& name) const {
   for (const std::string& item : split_plus(raw(name))) {
     int64_t v;
     if (!parse_int(item, &v)) reject(name, "expected " + type_name(OptionType::IntList));
+    if (v > kMaxOptionInt || v < -kMaxOptionInt)
+      reject(name, fmt::format("expected integers of magnitude at most 2^31-1 = {}", kMaxOptionInt));
     out.push_back(v);
   }
   return out;

@@ -197,6 +197,39 @@ TEST_CASE("variants errors: missing --d-model, bad spec, unknown option, bad val
   CHECK(contains(r.err, "8x"));
 }
 
+TEST_CASE("variants rejects out-of-range and non-finite option values by name, for every variant") {
+  Run r = variants({"--params", "routing(clusters=9223372036854775807)", "--d-model", "16"});
+  CHECK(r.status == 1);
+  CHECK(contains(r.err, "routing: option clusters=9223372036854775807"));
+  CHECK(contains(r.err, "2^31-1"));
+  for (const auto& v : nn::variants()) {
+    for (const auto& o : v.schema.options) {
+      std::vector<std::string> bad;
+      if (o.type == nn::OptionType::Int) bad = {"1099511627776", "-1099511627776"};
+      if (o.type == nn::OptionType::IntList) bad = {"0+1099511627776"};
+      if (o.type == nn::OptionType::Double) bad = {"nan", "inf", "-inf"};
+      for (const std::string& value : bad) {
+        const std::string spec = v.schema.name + "(" + o.name + "=" + value + ")";
+        CAPTURE(spec);
+        r = variants({"--params", spec, "--d-model", "16"});
+        CHECK(r.status == 1);
+        CHECK(contains(r.err, v.schema.name + ": option " + o.name + "=" + value));
+      }
+    }
+  }
+}
+
+TEST_CASE("a variant too large for the machine is a MemoryError naming the spec, d_model, shape and bytes") {
+  CHECK_THROWS_AS(nn::make_attention("routing(clusters=2147483647)", 16), MemoryError);
+  std::string msg = error_of([] { nn::make_attention("routing(clusters=2147483647)", 16); });
+  CHECK(contains(msg, "attention routing(clusters=2147483647) with d_model=16"));
+  CHECK(contains(msg, "(8,2147483647,2)"));
+  CHECK(contains(msg, "137438953408 bytes"));
+  Run r = variants({"--params", "routing(clusters=2147483647)", "--d-model", "16"});
+  CHECK(r.status == 1);
+  CHECK(contains(r.err, "physical memory"));
+}
+
 TEST_CASE("inspect round trip: output, attention, l0 and every gradient equal the layer run directly") {
   TempDir dir;
   const std::string spec = "mha(heads=2, key_size=3, gate=hard_concrete)";

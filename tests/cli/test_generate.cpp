@@ -135,4 +135,13 @@ TEST_CASE("attnlab generate: errors name what is wrong") {
   Run plain = generate({"--checkpoint", dir + "/plain.safetensors"});
   CHECK(plain.status == 1);
   CHECK(plain.err.find("not a CausalLM checkpoint") != std::string::npos);
+  // a tokenizer that is not hex: named, not "stoi"
+  {
+    manual_seed(1);
+    nn::CausalLM lm(tiny_lm("mha(heads=2)", 32));
+    nn::save_causal_lm(dir + "/badhex.safetensors", lm, {{"tokenizer.bytes", "0a61zz63"}, {"tokenizer.unk", "false"}});
+  }
+  Run bad_hex = generate({"--checkpoint", dir + "/badhex.safetensors"});
+  CHECK(bad_hex.status == 1);
+  CHECK(bad_hex.err.find("tokenizer.bytes must be hex pairs, got 'zz' at offset 4") != std::string::npos);
 }

@@ -113,6 +113,9 @@ std::vector<VariantCase> small_variants() {
       {"sparse_fixed(heads=2, block=5, summary=0, causal=false)", fixed_rule(5, 0)},
       {"dilated(heads=2, window=1, dilation=3)", dilated_rule(1, 3)},
       {"dilated(heads=2, window=2, dilation=1)", dilated_rule(2, 1)},
+      // Strides and dilations far beyond N: the same rule, with O(N) bookkeeping.
+      {"sparse_strided(heads=2, stride=2000000000, causal=false)", strided_rule(2000000000)},
+      {"dilated(heads=2, window=1, dilation=2000000000)", dilated_rule(1, 2000000000)},
   };
 }
 

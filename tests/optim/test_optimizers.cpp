@@ -303,3 +303,19 @@ TEST_CASE("invalid options and parameters throw ValueError naming them") {
   CHECK(msg([&] { Adam(std::vector<Tensor>{Tensor()}); }).find("undefined") != std::string::npos);
   CHECK(msg([&] { Adam({ParamGroup{{p.w}, {"a", "b"}}}); }).find("1 parameters but 2 names") != std::string::npos);
 }
+
+TEST_CASE("check_finite_loss returns a finite loss and names the loop, step and value of any other") {
+  CHECK(check_finite_loss(full({}, 2.5, kFloat64), "loop", 1) == 2.5);
+  const double inf = std::numeric_limits<double>::infinity();
+  for (double bad : {std::nan(""), inf, -inf}) {
+    CAPTURE(bad);
+    std::string msg;
+    try {
+      check_finite_loss(full({}, bad, kFloat32), "collab_compress fine-tuning", 7);
+    } catch (const ValueError& e) {
+      msg = e.what();
+    }
+    CHECK(msg.find("collab_compress fine-tuning: the loss is " + fmt::format("{}", float(bad)) + " at step 7") !=
+          std::string::npos);
+  }
+}

@@ -85,6 +85,15 @@ TEST_CASE("spectrum: concat_qk_products stacks Wq_i^T Wk_i per head") {
   CHECK(error_of([&] { concat_qk_products(wq, wk, 4); }).find("h = 4") != std::string::npos);
 }
 
+TEST_CASE("collab_compress: a diverging fine-tuning fails the run, naming the loop, the step and the loss") {
+  fs::path dir = fresh("diverge");
+  std::string console;
+  CHECK(run(dir, {"collab.shared_key_sizes=2", "collab.finetune_steps=4", "collab.finetune_lr=1e30"}, &console) == 1);
+  CAPTURE(console);
+  CHECK(console.find("collab_compress fine-tuning: the loss is") != std::string::npos);
+  CHECK_FALSE(fs::exists(dir / "summary.json"));
+}
+
 TEST_CASE("collab_compress: exact conversion at Dk~ = h*dk keeps accuracy; spectra are cumulative energies") {
   fs::path dir = fresh("run");
   REQUIRE(run(dir, {"collab.shared_key_sizes=2,16", "collab.finetune_steps=3"}) == 0);

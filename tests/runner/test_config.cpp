@@ -120,6 +120,14 @@ TEST_CASE("config: --set values, verbatim strings and errors") {
   CHECK(error_of([&] { c.set("train.steps=lots"); }) ==
         "--set: key 'train.steps' expects int, got 'lots' (not a TOML value)");
   CHECK(error_of([&] { c.set("model.causal=1"); }) == "--set: key 'model.causal' expects bool, got int 1");
+  // One key per --set: a newline would let a second key slip in unseen.
+  CHECK(error_of([&] { c.set("task.name=a\ntrain.steps=9"); }).find("spans several lines") != std::string::npos);
+  CHECK(error_of([&] { c.set("train.steps=3\r"); }).find("spans several lines") != std::string::npos);
+  CHECK(c.get_int("train.steps") == 7);
+  // nan is never a setting: it would read as "not set" downstream (an optimizer's lr).
+  CHECK(error_of([&] { c.set("train.lr=nan"); }) == "--set: key 'train.lr' expects a number, got nan");
+  CHECK(error_of([&] { c.merge_toml("[train]\nlr = nan\n", "run.toml"); }).find("'train.lr' expects a number, got nan") !=
+        std::string::npos);
 }
 
 TEST_CASE("config: set_value for sweeps, source order") {
@@ -165,5 +173,8 @@ TEST_CASE("config: merge_file names the path") {
   CHECK(error_of([&] { c.merge_file(path); }) == path + ":3: key 'train.lr' expects float, got string \"fast\"");
   CHECK_THROWS_AS(c.merge_file((dir / "missing.toml").string()), FileError);
   CHECK(error_of([&] { c.merge_file((dir / "missing.toml").string()); }).find("missing.toml") != std::string::npos);
+  CHECK_THROWS_AS(c.merge_file(dir.string()), FileError);  // a directory would read as an empty file
+  CHECK(error_of([&] { c.merge_file(dir.string()); }) ==
+        "config: '" + dir.string() + "' is a directory, not a regular file");
   std::filesystem::remove_all(dir);
 }

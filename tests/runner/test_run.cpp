@@ -100,6 +100,9 @@ void check_stop_and_resume(const std::string& name, const std::vector<std::strin
   CHECK(sa["steps"] == sb["steps"]);
   auto meta = nlohmann::json::parse(read(resumed / "meta.json"));
   CHECK(meta["resumed_at"].size() == 1);
+  REQUIRE(meta["segments"].size() == 2);
+  CHECK(meta["segments"][1]["threads"] == meta["segments"][0]["threads"]);
+  CHECK(second.console.find("warning") == std::string::npos);
   fs::remove_all(straight);
   fs::remove_all(resumed);
 }
@@ -198,6 +201,83 @@ TEST_CASE("run: a failing experiment exits 1 and keeps its log") {
   CHECK(r.status == kExitFailed);
   CHECK(r.console.find("task.num_pairs 20 exceeds task.num_keys 16") != std::string::npos);
   CHECK(read(dir / "log.txt").find("test_resume failed") != std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("run: a diverging loss fails the run, naming the Trainer, the step and the loss") {
+  fs::path dir = fresh_dir("diverge");
+  Result r = run(dir, {"train.lr=1e30"});
+  CAPTURE(r.console);
+  CHECK(r.status == kExitFailed);
+  CHECK(r.console.find("Trainer: the loss is") != std::string::npos);
+  CHECK(r.console.find(" at step ") != std::string::npos);
+  CHECK_FALSE(fs::exists(dir / "summary.json"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("run: a checkpoint whose steps are doctored is refused before any metric line is dropped") {
+  fs::path dir = fresh_dir("doctored");
+  g_stop_at = 9;  // a checkpoint at step 10, metrics up to step 10
+  Result first = run(dir);
+  g_stop_at = -1;
+  REQUIRE(first.status == kExitStopped);
+  const fs::path ckpt = dir / "checkpoint.safetensors";
+  Metadata meta;
+  const TensorMap state = load_safetensors(ckpt.string(), &meta);
+  REQUIRE(meta.at("step") == "10");
+  REQUIRE(state.at("run.step").to_vector<int64_t>() == std::vector<int64_t>{10});
+  const std::string metrics = read(dir / "metrics.jsonl");
+  auto save = [&](const std::string& step, const TensorMap& tensors) {
+    Metadata m = meta;
+    m["step"] = step;
+    save_safetensors(ckpt.string(), tensors, m);
+  };
+  // Not an integer, or one that disagrees with the run.step and trainer.step tensors.
+  for (std::string step : {"44abc", "4.4e1", "-5", " 10", "", "1000000", "0", "9"}) {
+    CAPTURE(step);
+    save(step, state);
+    Result r = run(dir);
+    CHECK(r.status == kExitFailed);
+    CHECK(r.console.find("checkpoint.safetensors") != std::string::npos);
+    const bool integer = step.find_first_not_of("0123456789") == std::string::npos && !step.empty();
+    CHECK(r.console.find(integer ? "steps disagree: metadata 'step' = " + step : "'step' is \"" + step + "\"") !=
+          std::string::npos);
+    CHECK(read(dir / "metrics.jsonl") == metrics);
+  }
+  // All three agree on a step the run cannot have reached.
+  TensorMap beyond = state;
+  std::vector<int64_t> trainer_step = state.at("trainer.step").to_vector<int64_t>();
+  trainer_step[0] = 1000000;
+  beyond["trainer.step"] = from_vector(trainer_step, {int64_t(trainer_step.size())});
+  beyond["run.step"] = from_vector(std::vector<int64_t>{1000000}, {1});
+  save("1000000", beyond);
+  Result r = run(dir);
+  CHECK(r.status == kExitFailed);
+  CHECK(r.console.find("the checkpoint is at step 1000000, beyond train.steps = 30") != std::string::npos);
+  CHECK(read(dir / "metrics.jsonl") == metrics);
+  // The untouched checkpoint resumes.
+  save("10", state);
+  CHECK(run(dir).status == kExitComplete);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("run: resuming with another thread count warns, and meta.json records each session's count") {
+  fs::path dir = fresh_dir("threads");
+  const int before = num_threads(), other = before == 1 ? 2 : 1;
+  g_stop_at = 5;
+  REQUIRE(run(dir).status == kExitStopped);
+  g_stop_at = -1;
+  set_num_threads(other);
+  Result r = run(dir);
+  set_num_threads(before);
+  CHECK(r.status == kExitComplete);
+  CHECK(r.console.find(fmt::format("warning: resuming with {} threads, the previous session had {}", other, before)) !=
+        std::string::npos);
+  auto meta = nlohmann::json::parse(read(dir / "meta.json"));
+  REQUIRE(meta["segments"].size() == 2);
+  CHECK(meta["segments"][0]["threads"] == before);
+  CHECK(meta["segments"][1]["threads"] == other);
+  CHECK(meta["segments"][1]["start"] == meta["resumed_at"][0]);
   fs::remove_all(dir);
 }
 

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -16,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <toml++/toml.h>
 
+#include "experiments/runner/dir_lock.hpp"
 #include "experiments/runner/store.hpp"
 #include "helpers.hpp"
 #include "tensor/io.hpp"
@@ -240,5 +242,60 @@ TEST_CASE("report RUN_DIR...: ad-hoc runs of `attnlab run --run-dir` compared li
   fs::create_directories(root / "empty");
   CHECK(run_attnlab({"report", dirs[0], (root / "empty").string()}, root / "err.log") != 0);
   CHECK(read(root / "err.log").find((root / "empty").string() + ": not a complete run directory") != std::string::npos);
+  fs::remove_all(root);
+}
+
+TEST_CASE("lock: a second sweep or run on a held directory fails at once naming the holder's pid; --wait waits") {
+  const fs::path root = fresh_dir("lock");
+  write_text_atomic((root / "s.toml").string(), sweep_file(4));
+  const std::string pid = std::to_string(long(getpid()));
+
+  const fs::path sweep_dir = root / "sweep";
+  fs::create_directories(sweep_dir);
+  {
+    const DirLock held(sweep_dir, false);
+    CHECK(read(sweep_dir / ".lock") == pid + "\n");
+    std::string msg;
+    try {
+      DirLock again(sweep_dir, false);
+    } catch (const LockError& e) {
+      msg = e.what();
+    }
+    CHECK(msg.find("in use by process " + pid) != std::string::npos);
+    CHECK(run_attnlab({"sweep", (root / "s.toml").string(), "--out", sweep_dir.string()}, root / "sweep.log") == 1);
+    CHECK(read(root / "sweep.log").find(sweep_dir.string() + " is in use by process " + pid) != std::string::npos);
+    CHECK_FALSE(fs::exists(sweep_dir / "runs/0000"));
+  }
+
+  const fs::path run_dir = root / "run";
+  fs::create_directories(run_dir);
+  const std::vector<std::string> run = {"run", "example", "--set", "train.steps=4", "--run-dir", run_dir.string()};
+  std::optional<DirLock> held(std::in_place, run_dir, false);
+  CHECK(run_attnlab(run, root / "run.log") == 1);
+  CHECK(read(root / "run.log").find(run_dir.string() + " is in use by process " + pid) != std::string::npos);
+  CHECK_FALSE(fs::exists(run_dir / "config.toml"));
+
+  std::vector<std::string> waiting = run;
+  waiting.push_back("--wait");
+  const pid_t child = spawn(waiting, root / "wait.log");
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  int status = 0;
+  CHECK(waitpid(child, &status, WNOHANG) == 0);  // still waiting
+  CHECK_FALSE(fs::exists(run_dir / "config.toml"));
+  held.reset();
+  CHECK(wait_exit(child) == 0);
+  CHECK(fs::exists(run_dir / "summary.json"));
+  CHECK(read(run_dir / ".lock") == std::to_string(long(child)) + "\n");
+}
+
+TEST_CASE("sweep --dry-run checks --shard too") {
+  const fs::path root = fresh_dir("dry_shard");
+  write_text_atomic((root / "s.toml").string(), sweep_file(4));
+  for (std::string shard : {"2/2", "x/2", "0/0", "-1/3"}) {
+    CAPTURE(shard);
+    CHECK(run_attnlab({"sweep", (root / "s.toml").string(), "--dry-run", "--shard", shard}, root / "log") != 0);
+    CHECK(read(root / "log").find("got '" + shard + "'") != std::string::npos);
+  }
+  CHECK(run_attnlab({"sweep", (root / "s.toml").string(), "--dry-run", "--shard", "1/2"}, root / "ok.log") == 0);
   fs::remove_all(root);
 }

@@ -106,6 +106,11 @@ TEST_CASE("sweep file errors name the file, the line and the key") {
   CHECK(parse_error(head + "[grid]\n\"model.heads\" = []\n").find("s.toml:3: [grid] 'model.heads' is an empty list") !=
         std::string::npos);
   CHECK(parse_error(head + "seeds = []\n").find("s.toml:2: 'seeds' is an empty list") != std::string::npos);
+  CHECK(parse_error(head + "seeds = [0, 1, 0]\n").find("s.toml:2: 'seeds' lists seed 0 twice") != std::string::npos);
+  CHECK(parse_error(head + "[grid]\n\"model.heads\" = [2, 4, 2]\n").find("s.toml:3: [grid] 'model.heads' lists 2 twice") !=
+        std::string::npos);
+  CHECK(parse_error(head + "[grid]\n\"model.attention\" = [\"mha\", \"mha\"]\n").find("lists \"mha\" twice") !=
+        std::string::npos);
   CHECK(parse_error(head + "[grid]\n\"model.heads\" = [2]\n[zip]\n\"model.heads\" = [4]\n")
             .find("'model.heads' is in [zip] and in [grid] (line 3)") != std::string::npos);
   CHECK(parse_error(head + "[grid]\n\"model.heads\" = 2\n").find("s.toml:3: [grid] 'model.heads' must be a list") !=

@@ -35,6 +35,28 @@ TEST_CASE("errors: negative sizes and too many dims") {
   CHECK_ERROR(ShapeError, (from_vector<float>({1, 2, 3}, {2, 2})), "from_vector", "3 values", "(2,2)", "4 elements");
 }
 
+TEST_CASE("errors: sizes whose product overflows int64 are a ShapeError naming the shape") {
+  const int64_t big = int64_t{1} << 62;
+  CHECK_ERROR(ShapeError, zeros({big, 4}), "(4611686018427387904,4)", "2^63-1");
+  CHECK_ERROR(ShapeError, numel_of(Dims{4, big}), "(4,4611686018427387904)");
+  CHECK_ERROR(ShapeError, contiguous_strides(Dims{2, big, 2}), "(2,4611686018427387904,2)");
+  CHECK_ERROR(ShapeError, (reshape(zeros({0}), Dims{big, 4, 0})), "4611686018427387904");
+  CHECK_ERROR(ShapeError, expand(ones({1, 1}), {big, 4}).numel(), "(4611686018427387904,4)");
+  CHECK_ERROR(ShapeError, numel_of(Dims{3, -2}), "negative size", "(3,-2)");
+  // A zero size makes 0 elements as long as the other sizes multiply without overflow.
+  CHECK(zeros({0, big}).numel() == 0);
+  CHECK(contiguous_strides(Dims{3, 0, 5}) == Dims{5, 5, 1});
+}
+
+TEST_CASE("errors: a tensor larger than physical memory is a MemoryError naming shape, dtype and bytes") {
+  const int64_t big = int64_t{1} << 62;
+  CHECK_ERROR(MemoryError, zeros({big}, kFloat32), "(4611686018427387904)", "float32", "more than 2^63-1 bytes");
+  CHECK_ERROR(MemoryError, zeros({1000000000, 1000}, kFloat64), "(1000000000,1000)", "float64",
+              "8000000000000 bytes", "physical memory");
+  CHECK_THROWS_AS(zeros({1000000000, 1000}), Error);
+  CHECK(physical_memory_bytes() > 0);
+}
+
 TEST_CASE("errors: out-of-range dims name the op, the dim and the valid range") {
   Tensor x = zeros({2, 3});
   CHECK(error_of([&] { sum(x, {2}); }) ==

@@ -367,6 +367,17 @@ TEST_CASE("io: safetensors malformed files name the path and the defect") {
   check_file_error(load, path, {"bad JSON", "after the JSON value"});
   write(R"({"w\ud800":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]}})", w24);
   check_file_error(load, path, {"bad JSON", "surrogate"});
+  // Raw bytes in strings must be well-formed UTF-8: a stray continuation byte, a truncated
+  // sequence, an overlong form, an encoded surrogate, a code point past U+10FFFF.
+  for (std::string bad : {"\x80", "\xc3", "\xc0\xaf", "\xe0\x80\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\xff"}) {
+    CAPTURE(bad.size());
+    write("{\"w" + bad + "\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]}}", w24);
+    check_file_error(load, path, {"bad JSON", "invalid UTF-8"});
+    write("{\"__metadata__\":{\"k\":\"v" + bad + "\"}}", "");
+    check_file_error(load, path, {"bad JSON", "invalid UTF-8"});
+  }
+  write("{\"w\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]}}", w24);
+  CHECK(load_safetensors(path).count("w\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80") == 1);  // é € and an emoji
   write(R"({"w":1,"w":2})", "");
   check_file_error(load, path, {"bad JSON", "duplicate key \"w\""});
   write(std::string(200, '[') + std::string(200, ']'), "");
