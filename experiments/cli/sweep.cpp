@@ -101,7 +101,7 @@ void add_sweep_commands(CLI::App& app, int& status) {
       ->check(CLI::ExistingDirectory);
   report->add_option("--out", r->out, "run directories: where report.md and plots/ go (default: PARENT/report, "
                                       "PARENT the first run directory's parent)");
-  report->add_option("--metric", r->metric, "run directories: the headline metric (default: the first by name)");
+  report->add_option("--metric", r->metric, "run directories: the headline metric (default: the first val_* metric, then test_*; losses and bpc sort lower-is-better)");
   report->callback([r, &status] {
     const fs::path first = r->dirs.front();
     if (r->dirs.size() == 1 && fs::exists(first / "sweep.toml")) {

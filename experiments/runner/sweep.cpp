@@ -167,6 +167,7 @@ ReportSpec read_report(const toml::table& t, const std::string& path) {
       if (s != "asc" && s != "desc")
         fail<SweepError>("{}:{}: report.sort must be \"asc\" or \"desc\", got \"{}\"", path, line_of(v), s);
       r.ascending = s == "asc";
+      r.sort_given = true;
     } else if (key == "curves") {
       const auto* arr = v.as_array();
       if (!arr) fail<SweepError>("{}:{}: report.curves must be a list of metric names", path, line_of(v));
@@ -376,9 +377,20 @@ const std::set<std::string>& cost_metrics() {
 
 std::string headline_metric(const ReportSpec& report, const std::set<std::string>& metrics) {
   if (!report.metric.empty()) return report.metric;
+  for (const char* prefix : {"val_", "test_"})
+    for (const auto& name : metrics)
+      if (name.rfind(prefix, 0) == 0) return name;
+  for (const auto& name : metrics)
+    if (!cost_metrics().count(name) && name != "params" && name.rfind("train_", 0) != 0) return name;
   for (const auto& name : metrics)
     if (!cost_metrics().count(name)) return name;
   return "";
+}
+
+bool lower_is_better(const std::string& metric) {
+  for (const char* word : {"loss", "bpc", "ppl", "perplexity", "error"})
+    if (metric.find(word) != std::string::npos) return true;
+  return false;
 }
 
 std::string format_duration(double seconds) {

@@ -74,8 +74,9 @@ struct Assignment {
 
 // The [report] table: what `attnlab report` tabulates and plots.
 struct ReportSpec {
-  std::string metric;               // headline metric; empty = the first summary metric
+  std::string metric;               // headline metric; empty = headline_metric's choice
   bool ascending = false;           // sort = "asc": lower is better (losses, bits per character)
+  bool sort_given = false;          // without `sort`, lower_is_better(headline) decides
   std::string x;                    // optional: the headline metric against this swept key
   std::vector<std::string> curves;  // metrics.jsonl columns drawn as training curves
   struct Bubble {
@@ -159,10 +160,15 @@ std::vector<std::string> run_arguments(const SweepSpec& spec, const Point& point
 // steps_per_s.
 const std::set<std::string>& cost_metrics();
 // The sweep's headline metric among `metrics` (the names its runs report): [report] metric when
-// set, otherwise the first name that is not a cost figure (peak_rss_mb, seconds, steps_per_s);
-// "" when there is none. `attnlab report` tabulates it first; `attnlab sweep` prints it for each
-// run that completes.
+// set, otherwise the first by name of the validation metrics (val_*), then of the test metrics
+// (test_*), then of any other that is neither a cost figure (peak_rss_mb, seconds, steps_per_s)
+// nor a count or training figure (params, train_*); "" when there is none. `attnlab report`
+// tabulates it first; `attnlab sweep` prints it for each run that completes.
 std::string headline_metric(const ReportSpec& report, const std::set<std::string>& metrics);
+// Whether a lower value of `metric` is better, when [report] sort does not say: true for losses,
+// bits per character, perplexities and errors (a name containing "loss", "bpc", "ppl",
+// "perplexity" or "error"), false otherwise (accuracies).
+bool lower_is_better(const std::string& metric);
 
 // What `attnlab sweep` prints when a run completes:
 //   "done  0003 in 12.1 s: val_acc 0.8125 (3/8 to go, ETA 25 s)"

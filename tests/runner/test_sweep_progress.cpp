@@ -6,12 +6,28 @@
 using namespace attnlab;
 using namespace attnlab::runner;
 
-TEST_CASE("headline_metric: [report] metric, else the first non-cost metric") {
+TEST_CASE("headline_metric: [report] metric, else a validation, then a test metric, never a count or cost") {
   ReportSpec report;
   CHECK(headline_metric(report, {"peak_rss_mb", "seconds", "steps_per_s", "val_acc", "val_loss"}) == "val_acc");
+  // What classify reports: params and train_loss sort before val_acc by name but are not results.
+  CHECK(headline_metric(report, {"params", "peak_rss_mb", "test_acc", "train_loss", "val_acc"}) == "val_acc");
+  CHECK(headline_metric(report, {"params", "test_acc", "train_loss"}) == "test_acc");
+  CHECK(headline_metric(report, {"kl", "params", "train_loss"}) == "kl");
+  CHECK(headline_metric(report, {"params", "seconds"}) == "params");
   CHECK(headline_metric(report, {"peak_rss_mb", "seconds"}) == "");
   report.metric = "val_loss";
   CHECK(headline_metric(report, {"val_acc", "val_loss"}) == "val_loss");
+}
+
+TEST_CASE("lower_is_better: losses, bits per character, perplexities and errors; not accuracies") {
+  for (const char* m : {"val_loss", "val_bpc", "val_bpc_long", "test_ppl", "perplexity", "val_error"}) {
+    CAPTURE(m);
+    CHECK(lower_is_better(m));
+  }
+  for (const char* m : {"val_acc", "test_acc", "pruned_acc", "steps_per_s"}) {
+    CAPTURE(m);
+    CHECK_FALSE(lower_is_better(m));
+  }
 }
 
 TEST_CASE("done_line: the run's headline metric and an ETA of mean time x runs left / workers") {
