@@ -11,7 +11,6 @@
 // softmax heads solve it after a plateau of about 2000 steps (hence 5000 steps), the kernel
 // approximations get part of the way, and a two-position window or content-free synthesized
 // weights cannot find the key (docs/experiments.md has a measured table).
-#include <cblas.h>
 
 #include <algorithm>
 #include <cmath>
@@ -26,6 +25,7 @@
 #include "experiments/runner/stats.hpp"
 #include "experiments/runner/store.hpp"
 #include "experiments/runner/sweep.hpp"
+#include "tensor/blas_info.hpp"
 #include "tensor/io.hpp"
 
 #include <nlohmann/json.hpp>
@@ -84,12 +84,6 @@ std::string demo_sweep_text(int64_t steps) {
   return text;
 }
 
-// OpenBLAS's build and the kernel it chose for this CPU: the demo's numbers move with it (the
-// kernels round differently, and a run that breaks its plateau late can flip).
-std::string blas_config() {
-  return fmt::format("{} (kernel {})", openblas_get_config(), openblas_get_corename());
-}
-
 // The shoot-out's table on `out`, best mean val_acc first, from the sweep directory's store: per
 // variant the mean over seeds with its 95% interval and the seeds' range, then the mean speed
 // and memory. Variants whose intervals overlap are not ranked by this run.
@@ -132,7 +126,10 @@ void print_table(const fs::path& dir, std::ostream& out) {
   }
   for (const auto& v : failed) out << fmt::format("{:<{}}  failed (see its runs/NNNN/stdout.txt)\n", v, width);
   out << fmt::format("\nval_acc: mean over seeds ± half-width of its 95% interval (Student t); variants whose intervals "
-                     "overlap are tied.\nBLAS: {}\n", blas_config());
+                     "overlap are tied.\nBLAS: {}\n", blas_description());
+  // The demo's numbers move with the kernel (products round differently, and a run that breaks
+  // its plateau late can flip); a slower kernel than the CPU allows is said.
+  if (const std::string hint = blas_kernel_hint(); !hint.empty()) out << hint << "\n";
 }
 
 // The two-layer MLP of the first demo: y = sin(3 x0) + 0.5 x1^2 - x0 x1 on 512 random points in

@@ -19,6 +19,7 @@
 
 #include "experiments/runner/dir_lock.hpp"
 #include "experiments/runner/task.hpp"
+#include "tensor/blas_info.hpp"
 #include "tensor/parallel.hpp"
 
 namespace fs = std::filesystem;
@@ -452,6 +453,7 @@ std::string write_meta(const fs::path& dir, const RunRequest& r) {
     j["git_dirty"] = g["git_dirty"];
     j["hostname"] = host_name();
     j["cpu_model"] = cpu_model();
+    j["blas"] = blas_description();
     j["threads"] = num_threads();
 #ifdef ATTNLAB_VERSION
     j["attnlab_version"] = ATTNLAB_VERSION;
@@ -673,6 +675,7 @@ int run_experiment(const RunRequest& r, std::ostream& console, bool tty) {
     else
       ctx->logf("{}: running {}{} ({} threads)", dir.string(), e->name,
                 r.preset.empty() ? "" : " --preset " + r.preset, num_threads());
+    if (const std::string hint = blas_kernel_hint(); !hint.empty()) ctx->log(hint);
     e->run(*config, *ctx);
     if (ctx->should_stop()) {
       ctx->logf("stopped at step {}: checkpoint saved; run the same command again to continue", ctx->last_step());

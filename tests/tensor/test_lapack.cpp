@@ -1,7 +1,8 @@
 // tensor/lapack.hpp against matrices whose answers are known by construction: singular values
 // 1 ... 1e-12, eigenvalues of a hand-made symmetric matrix, L L^T = V and X V = G for Cholesky,
 // Q^T Q = I and R = Q^T A upper triangular with a positive diagonal for QR; bitwise repeatability;
-// errors naming the routine.
+// errors naming the routine. At the end: the BLAS the products run on (tensor/blas_info.hpp).
+#include "tensor/blas_info.hpp"
 #include "tensor/lapack.hpp"
 
 #include "helpers.hpp"
@@ -100,4 +101,23 @@ TEST_CASE("lapack wrappers: errors name the routine, the sizes and the bad value
   CHECK_THROWS_AS(lapack::orthogonal_q({1, INFINITY, 0, 1}, 2), ValueError);
   std::vector<double> short_v = {1, 0, 0};
   CHECK_THROWS_AS(lapack::cholesky(short_v, 2), ShapeError);
+}
+
+TEST_CASE("blas_description names OpenBLAS's kernel; blas_kernel_hint is silent once OPENBLAS_CORETYPE is set") {
+  const std::string d = blas_description();
+  CHECK(d.find("OpenBLAS") != std::string::npos);
+  CHECK(d.find("(kernel ") != std::string::npos);
+  const std::string hint = blas_kernel_hint();
+  if (!hint.empty()) {  // this machine runs the fallback kernel: the hint names the fix
+    CHECK(d.find("kernel Prescott") != std::string::npos);
+    CHECK(hint.find("OPENBLAS_CORETYPE=") != std::string::npos);
+  }
+  const char* old = std::getenv("OPENBLAS_CORETYPE");
+  const std::string saved = old ? old : "";
+  setenv("OPENBLAS_CORETYPE", "SkylakeX", 1);
+  CHECK(blas_kernel_hint().empty());
+  if (old)
+    setenv("OPENBLAS_CORETYPE", saved.c_str(), 1);
+  else
+    unsetenv("OPENBLAS_CORETYPE");
 }
