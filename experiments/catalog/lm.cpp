@@ -36,17 +36,31 @@ Schema lm_schema() {
   return s;
 }
 
-// eval.context, checked before training: >= 0, within the validation text, and with learned
-// positions no longer than the table (task.length): positions past it were never trained.
-int64_t eval_context(const Config& config, const TaskData& task) {
+// eval.context against the config alone: >= 0, and with learned positions no longer than the
+// table (`table_rows`, the context; 0 = not known yet): positions past it were never trained.
+void check_eval_context(const Config& config, int64_t table_rows) {
   const int64_t n = config.get_int("eval.context");
   const std::string from = config.origin("eval.context");
   if (n < 0) fail<ConfigError>("eval.context must be >= 0 (0 = off), got {} (from {})", n, from);
-  if (n > 0 && config.get_string("model.positions") == "learned" && n > task.seq_len)
+  if (n > 0 && table_rows > 0 && config.get_string("model.positions") == "learned" && n > table_rows)
     fail<ConfigError>("eval.context = {} (from {}) exceeds the learned position table of task.length = {} rows; "
                       "use model.positions = none with a positional attention (e.g. mha(alibi=true)) or "
                       "eval.context <= {}",
-                      n, from, task.seq_len, task.seq_len);
+                      n, from, table_rows, table_rows);
+}
+
+// The experiment's check, before the run directory is created: the model, and eval.context
+// (against the position table when task.length gives the context; 0 leaves it to the task).
+void check_lm(const Config& config) {
+  check_model(config);
+  check_eval_context(config, std::max<int64_t>(0, config.get_int("task.length")));
+}
+
+// eval.context, checked again with the task loaded: also within the validation text.
+int64_t eval_context(const Config& config, const TaskData& task) {
+  check_eval_context(config, task.seq_len);
+  const int64_t n = config.get_int("eval.context");
+  const std::string from = config.origin("eval.context");
   if (n >= task.val_tokens.numel())
     fail<ConfigError>("eval.context = {} (from {}) needs more than the {} validation tokens", n, from,
                       task.val_tokens.numel());
@@ -110,7 +124,7 @@ const bool registered = register_experiment({
                 {"full", "train.steps = 3500\ntrain.batch_size = 32\ntrain.warmup = 200\ntrain.eval_every = 500\n"
                          "train.checkpoint_every = 500\n"}},
     .run = run_lm,
-    .check = check_model,
+    .check = check_lm,
 });
 
 }  // namespace

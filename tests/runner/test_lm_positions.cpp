@@ -63,12 +63,15 @@ TEST_CASE("lm: bad model.positions and eval.context values are errors naming the
   CHECK(tiny_lm(a, {"model.positions=rope"}, &console) != 0);
   CHECK(console.find("model.positions must be learned or none, got 'rope' (from --set)") != std::string::npos);
   const auto b = fresh_run_dir("lm_positions", "learned_long");
-  CHECK(tiny_lm(b, {"eval.context=48"}, &console) != 0);
+  // Both refused by the experiment's check, before the run directory exists (usage, exit 2).
+  CHECK(tiny_lm(b, {"eval.context=48"}, &console) == runner::kExitUsage);
   CHECK(console.find("eval.context = 48 (from --set) exceeds the learned position table of task.length = 24 rows") !=
         std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(b));
   const auto c = fresh_run_dir("lm_positions", "negative");
-  CHECK(tiny_lm(c, {"eval.context=-1"}, &console) != 0);
+  CHECK(tiny_lm(c, {"eval.context=-1"}, &console) == runner::kExitUsage);
   CHECK(console.find("eval.context must be >= 0 (0 = off), got -1 (from --set)") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(c));
   const auto d = fresh_run_dir("lm_positions", "too_long");
   CHECK(tiny_lm(d, {"model.positions=none", "eval.context=100000000"}, &console) != 0);
   CHECK(console.find("eval.context = 100000000 (from --set) needs more than the") != std::string::npos);
