@@ -8,11 +8,12 @@
 #   make bench-attention the fused attention kernel, N = 1K ... 32K, against PyTorch (minutes)
 #   make bench-decode    decoding at context 4096: cache bytes per token and tokens/s against mha
 #   make bench-mha-options  a training step with each mha option (one layer, then the reference LM)
+#   make test-slurm      sweeps as job arrays under a local single-node Slurm (root; minutes; not in `make test`)
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build cli demo test test-sanitize bench bench-lra bench-attention bench-decode bench-mha-options clean
+.PHONY: all deps build cli demo test test-slurm test-sanitize bench bench-lra bench-attention bench-decode bench-mha-options clean
 
 all: build
 
@@ -34,6 +35,11 @@ demo: cli
 
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+
+# scripts/slurm/local_cluster.sh starts the cluster (installing slurm-wlm and munge if missing);
+# the test submits sweeps with sbatch, requeues tasks mid-run and checks the results.
+test-slurm: cli
+	bash scripts/slurm/test_slurm.sh $(BUILD)
 
 test-sanitize: deps
 	cmake -S . -B build-sanitize -DCMAKE_BUILD_TYPE=Debug -DATTNLAB_SANITIZE=ON -DATTNLAB_NATIVE=OFF

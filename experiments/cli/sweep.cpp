@@ -52,6 +52,9 @@ void add_sweep_commands(CLI::App& app, int& status) {
   sweep->add_option("--workers", a->options.workers, "runs at a time, overriding the file's `workers` (each run gets "
                                                      "cores / workers threads)")
       ->check(CLI::Range(1, 1024));
+  sweep->add_option("--cores", a->options.cores, "the cores the runs share (default: those this process may run "
+                                                 "on; a Slurm task passes its --cpus-per-task)")
+      ->check(CLI::Range(1, 1024));
   sweep->add_option("--shard", a->shard, "run only the runs with index % N == i, into DIR/shards/shard-i-of-N.sqlite "
                                          "(merge with `attnlab report DIR`)");
   sweep->add_flag("--wait", a->options.wait, "if another process holds the sweep directory, wait for it (default: "

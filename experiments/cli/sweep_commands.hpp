@@ -1,5 +1,5 @@
 // The `sweep` and `report` subcommands of the attnlab CLI (docs/sweeps.md):
-//   attnlab sweep SWEEP.toml [--out DIR] [--workers N] [--shard i/N]
+//   attnlab sweep SWEEP.toml [--out DIR] [--workers N] [--cores C] [--shard i/N] [--wait]
 //   attnlab sweep SWEEP.toml --dry-run
 //   attnlab sweep SWEEP.toml --emit-slurm [--shards N] [--cpus-per-task C] [--out DIR]
 //   attnlab report DIR

@@ -485,9 +485,11 @@ struct SignalGuard {
     struct sigaction sa{};
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESETHAND;  // a second signal takes the default action: stops at once
-    sigaction(SIGINT, &sa, &old_int);
+    // A repeated SIGTERM is the same request: a scheduler signals every process of a job and the
+    // sweep forwards its own, so a run under Slurm gets it twice at once (docs/experiments.md).
     sigaction(SIGTERM, &sa, &old_term);
+    sa.sa_flags = SA_RESETHAND;  // a second Ctrl-C takes the default action: stops at once
+    sigaction(SIGINT, &sa, &old_int);
   }
   ~SignalGuard() {
     sigaction(SIGINT, &old_int, nullptr);

@@ -206,8 +206,20 @@ struct SweepOptions {
 // command again to continue). Errors in the sweep file throw before anything is launched.
 int run_sweep(const SweepOptions& options, std::ostream& out);
 
-// Writes DIR/sweep.sbatch: a Slurm job array of `shards` tasks, task i running
-// `attnlab sweep FILE --out DIR --shard i/shards --workers 1`. Returns the script's path.
+// What a Slurm job array script of a sweep holds; every path absolute.
+struct SlurmScript {
+  std::string sweep_file, dir, executable;
+  int shards = 1, cpus_per_task = 1;
+  int signal_seconds = 120;  // SIGUSR1 this long before the time limit: stop, checkpoint, requeue
+};
+
+// The bash script of a job array of `shards` tasks, task i running `attnlab sweep FILE --out DIR
+// --shard i/shards --workers 1 --cores C --wait` in the background and forwarding SIGTERM to it;
+// on SIGUSR1 it stops the sweep and requeues the task (docs/sweeps.md, "Scale-out").
+// ValueError for a directory an #SBATCH line cannot hold (a '"', '%' or newline in it).
+std::string slurm_script(const SlurmScript& script);
+
+// Writes DIR/sweep.sbatch (slurm_script) after checking the sweep file. Returns the script's path.
 std::filesystem::path emit_slurm(const SweepOptions& options, int shards, int cpus_per_task);
 
 }  // namespace attnlab::runner

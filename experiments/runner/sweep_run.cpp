@@ -354,41 +354,111 @@ int run_sweep(const SweepOptions& options, std::ostream& out) {
   return g_stop_signal || stopped || next < queue.size() ? 3 : 0;
 }
 
+namespace {
+
+// 'text' for bash: single quotes, each ' written as '\''.
+std::string shell_quote(const std::string& text) {
+  std::string q = "'";
+  for (char c : text) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// `path` checked for the script: no newline anywhere (it would end a comment or a command), and
+// for the sweep directory, which #SBATCH lines hold in double quotes with no escapes and % expanded
+// in --output, no '"' or '%' either.
+const std::string& script_path(const std::string& what, const std::string& path, bool in_sbatch_line) {
+  const auto bad = path.find_first_of(in_sbatch_line ? "\"%\n" : "\n");
+  if (bad != std::string::npos)
+    fail<ValueError>("sweep --emit-slurm: the {} '{}' holds '{}', which the job script cannot carry (allowed: any "
+                     "path without {}newlines)",
+                     what, path, path[bad] == '\n' ? std::string("\\n") : std::string(1, path[bad]),
+                     in_sbatch_line ? "'\"', '%' and " : "");
+  return path;
+}
+
+}  // namespace
+
+std::string slurm_script(const SlurmScript& s) {
+  // The bash wrapper stays the job's main process, so that it can forward Slurm's signals to the
+  // sweep, wait for the runs' checkpoints, and requeue the task when the time limit is near.
+  return fmt::format(
+      "#!/bin/bash\n"
+      "# Written by `attnlab sweep --emit-slurm`: one array task per shard of {file}.\n"
+      "# Every task writes its own runs and its own shards/shard-i-of-{n}.sqlite into {out};\n"
+      "# `attnlab report {out}` merges them. Resubmitting resumes: complete runs are skipped.\n"
+      "# SIGTERM (scancel, scontrol requeue, preemption) reaches the sweep, whose runs save a\n"
+      "# checkpoint and exit 3; a requeued task resumes them. SIGUSR1, sent {warn} s before the time\n"
+      "# limit, does the same and then requeues the task (docs/sweeps.md, \"Scale-out\").\n"
+      "#SBATCH --job-name=attnlab-sweep\n"
+      "#SBATCH --array=0-{last}\n"
+      "#SBATCH --ntasks=1\n"
+      "#SBATCH --cpus-per-task={cpus}\n"
+      "#SBATCH --chdir=\"{dir}\"\n"
+      "#SBATCH --output=\"{dir}/shards/slurm-%A_%a.out\"\n"
+      "#SBATCH --open-mode=append\n"
+      "#SBATCH --requeue\n"
+      "#SBATCH --signal=B:USR1@{warn}\n"
+      "set -uo pipefail\n"
+      "task=\"${{SLURM_ARRAY_JOB_ID}}_${{SLURM_ARRAY_TASK_ID}}\"\n"
+      "note() {{ echo \"attnlab-sweep $task: $* at $(date -u +%Y-%m-%dT%H:%M:%SZ)\"; }}\n"
+      "note \"shard $SLURM_ARRAY_TASK_ID/{n} on $(hostname), restart ${{SLURM_RESTART_COUNT:-0}}\"\n"
+      "# --cores: Slurm's CPUs for the task, not the node's; --wait: a requeued task takes its shard's lock\n"
+      "# over from its predecessor.\n"
+      "{exe_q} sweep {file_q} --out {out_q} --shard \"$SLURM_ARRAY_TASK_ID/{n}\" --workers 1 \\\n"
+      "  --cores \"${{SLURM_CPUS_PER_TASK:-{cpus}}}\" --wait &\n"
+      "sweep=$!\n"
+      "requeue=0\n"
+      "trap 'trapped=1; kill -TERM \"$sweep\" 2>/dev/null' TERM\n"
+      "trap 'trapped=1; requeue=1; note \"SIGUSR1 (time limit near): stopping\"; kill -TERM \"$sweep\" 2>/dev/null' USR1\n"
+      "# A trapped signal makes `wait` return early: wait again until the sweep itself has exited.\n"
+      "status=\n"
+      "while [ -z \"$status\" ]; do\n"
+      "  trapped=0\n"
+      "  wait \"$sweep\"\n"
+      "  rc=$?\n"
+      "  if [ \"$trapped\" = 0 ]; then status=$rc; fi\n"
+      "done\n"
+      "note \"sweep exit status $status\"\n"
+      "if [ \"$requeue\" = 1 ] && [ \"$status\" = 3 ]; then\n"
+      "  note \"requeueing\"\n"
+      "  scontrol requeue \"$task\"\n"
+      "fi\n"
+      "exit \"$status\"\n",
+      fmt::arg("file", s.sweep_file), fmt::arg("out", s.dir), fmt::arg("n", s.shards), fmt::arg("last", s.shards - 1),
+      fmt::arg("cpus", s.cpus_per_task), fmt::arg("warn", s.signal_seconds),
+      fmt::arg("dir", script_path("sweep directory", s.dir, true)),
+      fmt::arg("exe_q", shell_quote(script_path("attnlab executable", s.executable, false))),
+      fmt::arg("file_q", shell_quote(script_path("sweep file", s.sweep_file, false))),
+      fmt::arg("out_q", shell_quote(s.dir)));
+}
+
 std::filesystem::path emit_slurm(const SweepOptions& options, int shards, int cpus_per_task) {
   const SweepSpec spec = load_sweep(options.sweep_file);
   validate_sweep(spec, expand_sweep(spec));
   if (shards < 1) fail<ValueError>("sweep --emit-slurm: --shards must be at least 1, got {}", shards);
+  if (cpus_per_task < 1) fail<ValueError>("sweep --emit-slurm: --cpus-per-task must be at least 1, got {}", cpus_per_task);
   const fs::path dir = options.dir.empty() ? default_sweep_dir(options.sweep_file) : options.dir;
+  // Absolute paths: a job array task may start on a node that does not share the shell's
+  // working directory.
+  std::error_code ec;
+  std::string exe = fs::read_symlink(options.executable, ec).string();
+  if (ec || exe.empty()) exe = fs::absolute(options.executable).string();
+  SlurmScript script{.sweep_file = fs::absolute(options.sweep_file).string(),
+                     .dir = fs::absolute(dir).lexically_normal().string(),
+                     .executable = exe,
+                     .shards = shards,
+                     .cpus_per_task = cpus_per_task};
+  if (script.dir.size() > 1 && script.dir.back() == '/') script.dir.pop_back();
+  const std::string text = slurm_script(script);  // checks the paths before anything is written
+
   fs::create_directories(dir);
   const fs::path copy = dir / "sweep.toml";
   if (fs::exists(copy) && read_file(copy) != spec.text)
     fail<SweepError>("{}: differs from {}, the sweep file this directory was created with", spec.path, copy.string());
   if (!fs::exists(copy)) write_text_atomic(copy.string(), spec.text);
-  std::error_code ec;
-  std::string exe = fs::read_symlink(options.executable, ec).string();
-  if (ec || exe.empty()) exe = fs::absolute(options.executable).string();
-  // Absolute paths: a job array task starts in the submission directory, but may not share it
-  // with the shell that emitted the script.
-  const std::string file = fs::absolute(options.sweep_file).string(), out = fs::absolute(dir).string();
-  const std::string script = fmt::format(
-      "#!/bin/bash\n"
-      "# Written by `attnlab sweep --emit-slurm`: one array task per shard of {file}.\n"
-      "# Every task writes its own runs and its own shards/shard-i-of-{n}.sqlite into {out};\n"
-      "# `attnlab report {out}` merges them. Resubmitting resumes: complete runs are skipped.\n"
-      "#SBATCH --job-name=attnlab-sweep\n"
-      "#SBATCH --array=0-{last}\n"
-      "#SBATCH --ntasks=1\n"
-      "#SBATCH --cpus-per-task={cpus}\n"
-      "#SBATCH --output={out}/shards/slurm-%A_%a.out\n"
-      "#SBATCH --requeue\n"
-      "set -euo pipefail\n"
-      "export ATTNLAB_NUM_THREADS=\"${{SLURM_CPUS_PER_TASK:-{cpus}}}\"\n"
-      "exec '{exe}' sweep '{file}' --out '{out}' --shard \"$SLURM_ARRAY_TASK_ID/{n}\" --workers 1\n",
-      fmt::arg("file", file), fmt::arg("out", out), fmt::arg("n", shards), fmt::arg("last", shards - 1),
-      fmt::arg("cpus", cpus_per_task), fmt::arg("exe", exe));
   fs::create_directories(dir / "shards");
   const fs::path path = dir / "sweep.sbatch";
-  write_text_atomic(path.string(), script);
+  write_text_atomic(path.string(), text);
   fs::permissions(path, fs::perms::owner_exec | fs::perms::group_exec, fs::perm_options::add);
   return path;
 }

@@ -21,7 +21,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-int g_stop_at = -1;  // the step at which the test experiment sends itself SIGTERM
+int g_stop_at = -1;    // the step at which the test experiment sends itself SIGTERM
+int g_stop_signals = 1;  // how many SIGTERMs it sends then
 
 // A tiny classifier with dropout and attention dropout (so the default generator and the
 // generators the layers own matter) on recall.
@@ -41,7 +42,8 @@ const bool registered = register_experiment({
     .run =
         [](const Config& config, RunContext& ctx) {
           train_classifier(config, ctx, [](int64_t step, nn::Module&) {
-            if (step == g_stop_at) std::raise(SIGTERM);
+            if (step == g_stop_at)
+              for (int i = 0; i < g_stop_signals; ++i) std::raise(SIGTERM);
           });
         },
 });
@@ -148,6 +150,19 @@ TEST_CASE("run: the run directory holds config, meta, log, metrics, checkpoint a
 
 TEST_CASE("run: stopped by SIGTERM and resumed, a run ends bitwise equal to a straight run") {
   check_stop_and_resume("plain", {});
+}
+
+TEST_CASE("run: two SIGTERMs at once (a scheduler's and the sweep's) stop the run once, with a checkpoint") {
+  fs::path dir = fresh_dir("two_sigterms");
+  g_stop_at = 6;  // both during step 7: the process survives the second and saves step 7
+  g_stop_signals = 2;
+  Result first = run(dir);
+  g_stop_at = -1;
+  g_stop_signals = 1;
+  CHECK(first.status == kExitStopped);
+  CHECK(first.console.find("stopped at step 7") != std::string::npos);
+  CHECK(run(dir).status == kExitComplete);
+  fs::remove_all(dir);
 }
 
 TEST_CASE("run: with train.groups, a stopped and resumed run ends bitwise equal to a straight run") {
