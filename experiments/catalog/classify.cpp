@@ -31,9 +31,10 @@ void run_classify(const Config& config, RunContext& ctx) {
   Trainer trainer(ctx, *model);
   trainer.add_loader("train", loader);
   trainer.loss = [&](int64_t) {
-    data::Batch b = loader.next();
-    Tensor logits = model->forward(b.inputs, task.padding_mask(b.inputs));  // (B, C)
-    return nn::cross_entropy(logits, b.targets);
+    data::Batch b = loader.next();  // the global batch; this micro-batch's rows below
+    Tensor x = trainer.micro_batch(b.inputs), y = trainer.micro_batch(b.targets);
+    Tensor logits = model->forward(x, task.padding_mask(x));  // (B / parts, C)
+    return nn::cross_entropy(logits, y);
   };
   trainer.evaluate = [&](int64_t) {
     Scores s = evaluate_classifier(*model, task, task.val);

@@ -209,8 +209,9 @@ void run_collab(const Config& config, RunContext& ctx) {
   Trainer trainer(ctx, *model);
   trainer.add_loader("train", loader);
   trainer.loss = [&](int64_t) {
-    data::Batch b = loader.next();
-    return nn::cross_entropy(model->forward(b.inputs, task.padding_mask(b.inputs)), b.targets);  // (B, C) vs (B)
+    data::Batch b = loader.next();  // the global batch; this micro-batch's rows below
+    Tensor x = trainer.micro_batch(b.inputs), y = trainer.micro_batch(b.targets);
+    return nn::cross_entropy(model->forward(x, task.padding_mask(x)), y);  // (B / parts, C) vs (B / parts)
   };
   trainer.evaluate = [&](int64_t) {
     Scores s = evaluate_classifier(*model, task, task.val);

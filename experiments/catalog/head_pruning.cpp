@@ -165,8 +165,9 @@ void run_pruning(const Config& config, RunContext& ctx) {
   Trainer trainer(ctx, *model);
   trainer.add_loader("train", loader);
   trainer.loss = [&](int64_t) {
-    data::Batch b = loader.next();
-    Tensor ce = nn::cross_entropy(model->forward(b.inputs, task.padding_mask(b.inputs)), b.targets);  // (B, C) vs (B)
+    data::Batch b = loader.next();  // the global batch; this micro-batch's rows below
+    Tensor x = trainer.micro_batch(b.inputs), y = trainer.micro_batch(b.targets);
+    Tensor ce = nn::cross_entropy(model->forward(x, task.padding_mask(x)), y);  // (B / parts, C) vs (B / parts)
     return lambda > 0 ? ce + nn::l0_penalty(*model) * lambda : ce;
   };
   trainer.evaluate = [&](int64_t) {

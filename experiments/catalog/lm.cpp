@@ -92,13 +92,15 @@ void run_lm(const Config& config, RunContext& ctx) {
     return sum / double(k) / std::log(2.0);
   };
   Trainer trainer(ctx, *model);
+  // Each call draws the global batch and computes its micro-batch's rows (Trainer::micro_batch).
   trainer.loss = [&](int64_t) {
+    auto part = [&](const Tensor& t) { return trainer.micro_batch(t); };
     if (pack) {
       data::PackedBatch p = data::lm_packed_batch(task.train_tokens, task.train_docs, batch, n, ctx.generator());
-      return loss_of(p.inputs, p.targets, p.segment_ids);  // (B, N) each
+      return loss_of(part(p.inputs), part(p.targets), part(p.segment_ids));  // (B / parts, N) each
     }
     auto [x, y] = data::lm_batch(task.train_tokens, batch, n, ctx.generator());  // (B, N), (B, N)
-    return loss_of(x, y);
+    return loss_of(part(x), part(y));
   };
   trainer.evaluate = [&](int64_t) { return std::map<std::string, double>{{"val_bpc", val_bpc(n)}}; };
   if (!trainer.fit()) return;

@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "dist/distributed.hpp"
 #include "experiments/runner/experiment.hpp"
 #include "experiments/runner/task.hpp"
 
@@ -117,9 +118,12 @@ void add_run_command(CLI::App& app, int& status, const std::string& command_line
       "every differing key, unless --force.\n"
       "Exit status: 0 complete (or already complete), 1 failed, 2 usage error (bad key, value,\n"
       "preset, attention spec, or a run directory holding another config), 3 stopped by\n"
-      "SIGINT/SIGTERM after saving a checkpoint: run the same command again to resume.");
+      "SIGINT/SIGTERM after saving a checkpoint: run the same command again to resume.\n"
+      "Data-parallel: mpirun -np K attnlab run EXP ... (train.batch_size is the global batch;\n"
+      "docs/distributed.md).");
   cmd->callback([req, run_dir, dry_run, &status] {
     req->run_dir = run_dir->empty() ? default_run_dir(req->experiment) : *run_dir;
+    dist::Session mpi;  // under mpirun: one rank of a data-parallel run (docs/distributed.md)
     status = *dry_run ? runner::dry_run_experiment(*req, std::cout, std::cerr)
                       : runner::run_experiment(*req, std::cerr, isatty(2) != 0);
   });

@@ -14,11 +14,14 @@
 #include <ctime>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
+#include "dist/distributed.hpp"
 #include "experiments/runner/dir_lock.hpp"
 #include "experiments/runner/task.hpp"
+#include "experiments/runner/trainer.hpp"
 #include "tensor/blas_info.hpp"
 #include "tensor/parallel.hpp"
 
@@ -263,9 +266,11 @@ Config resolve_config(const Experiment& e, const std::string& preset, const std:
 // ---- RunContext ----
 
 RunContext::RunContext(Config config, fs::path dir, Options options)
-    : config_(std::move(config)), dir_(std::move(dir)), options_(options), generator_(0) {
-  fs::create_directories(dir_);
+    : config_(std::move(config)), dir_(std::move(dir)), options_(options), generator_(0), writer_(dist::is_root()) {
   generator_ = Generator(uint64_t(config_.get_int("seed")));
+  start_ = now_seconds();
+  if (!writer_) return;  // the Trainer brings rank 0's state
+  fs::create_directories(dir_);
   int64_t keep_up_to = -1;  // metrics lines to keep: steps <= this
   const fs::path ckpt = dir_ / "checkpoint.safetensors";
   if (fs::exists(ckpt)) {
@@ -289,7 +294,6 @@ RunContext::RunContext(Config config, fs::path dir, Options options)
     }
     write_text_atomic(metrics_path.string(), kept);
   }
-  start_ = now_seconds();
 }
 
 RunContext::~RunContext() = default;
@@ -301,7 +305,7 @@ Generator& RunContext::generator() { return generator_; }
 double RunContext::seconds() const { return time_offset_ + (now_seconds() - start_); }
 
 void RunContext::emit(const std::string& line) {
-  {
+  if (writer_) {
     std::ofstream log(dir_ / "log.txt", std::ios::app);
     log << line << '\n';
   }
@@ -324,11 +328,12 @@ void RunContext::metrics(int64_t step, const std::map<std::string, double>& valu
     if (k == "step" || k == "time") fail<ValueError>("RunContext::metrics: '{}' is a reserved metric name", k);
     j[k] = v;  // NaN and infinities are written as null
   }
+  last_step_ = std::max(last_step_, step);
+  if (!writer_) return;
   std::ofstream out(dir_ / "metrics.jsonl", std::ios::app);
   out << j.dump() << '\n';
   out.flush();
   if (!out) fail<FileError>("{}: cannot append", (dir_ / "metrics.jsonl").string());
-  last_step_ = std::max(last_step_, step);
 }
 
 void RunContext::summary(const std::string& name, double value) { summary_[name] = value; }
@@ -360,6 +365,8 @@ void RunContext::save_checkpoint(int64_t step, const TensorMap& state) {
   for (const auto& [name, t] : state)
     if (!t.defined()) fail<ValueError>("RunContext::save_checkpoint: tensor '{}' is undefined", name);
   if (step < 0) fail<ValueError>("RunContext::save_checkpoint: step {} is negative", step);
+  last_step_ = std::max(last_step_, step);
+  if (!writer_) return;
   TensorMap saved = state;
   saved[kStepTensor] = from_vector(std::vector<int64_t>{step}, {1});
   Metadata meta{{"step", std::to_string(step)},
@@ -368,11 +375,10 @@ void RunContext::save_checkpoint(int64_t step, const TensorMap& state) {
                 {"generator_seed", std::to_string(generator_.seed())},
                 {"generator_offset", std::to_string(generator_.offset())}};
   save_safetensors((dir_ / "checkpoint.safetensors").string(), saved, meta);  // temp file + rename
-  last_step_ = std::max(last_step_, step);
 }
 
 std::optional<std::pair<int64_t, TensorMap>> RunContext::load_checkpoint() const {
-  if (checkpoint_) return checkpoint_;
+  if (checkpoint_ || !writer_) return checkpoint_;
   const fs::path ckpt = dir_ / "checkpoint.safetensors";
   if (!fs::exists(ckpt)) return std::nullopt;
   CheckpointFile c = read_checkpoint_file(ckpt);
@@ -392,12 +398,15 @@ const TaskData& RunContext::data() {
 }
 
 fs::path RunContext::artifact_path(const std::string& name) const {
-  fs::path p = dir_ / "artifacts" / name;
+  // Ranks other than 0 write their copies into a scratch folder of their own.
+  const fs::path root = writer_ ? dir_ : fs::temp_directory_path() / fmt::format("attnlab-rank{}-{}", dist::rank(), getpid());
+  fs::path p = root / "artifacts" / name;
   fs::create_directories(p.parent_path());
   return p;
 }
 
 void RunContext::write_summary(const std::string& experiment) {
+  if (!writer_) return;
   json j;
   j["experiment"] = experiment;
   j["status"] = "complete";
@@ -443,7 +452,13 @@ std::string write_meta(const fs::path& dir, const RunRequest& r) {
       warning = fmt::format("warning: resuming with {} threads, the previous session had {}; the results will differ "
                             "in the last bits from an uninterrupted run (set ATTNLAB_NUM_THREADS={} to match)",
                             num_threads(), segs.back()["threads"].get<int64_t>(), segs.back()["threads"].get<int64_t>());
-    j["segments"].push_back({{"start", now}, {"threads", num_threads()}});
+    // Sessions before world sizes were recorded ran one process.
+    const int64_t last_world = segs.is_array() && !segs.empty() ? segs.back().value("world_size", int64_t(1)) : 1;
+    if (last_world != dist::world_size())
+      warning += fmt::format("{}warning: resuming with {} ranks, the previous session had {}; the micro-batches change, "
+                             "so the results differ in the last bits from an uninterrupted run",
+                             warning.empty() ? "" : "\nattnlab run: ", dist::world_size(), last_world);
+    j["segments"].push_back({{"start", now}, {"threads", num_threads()}, {"world_size", dist::world_size()}});
   } else {
     j["experiment"] = r.experiment;
     j["preset"] = r.preset;
@@ -455,6 +470,7 @@ std::string write_meta(const fs::path& dir, const RunRequest& r) {
     j["cpu_model"] = cpu_model();
     j["blas"] = blas_description();
     j["threads"] = num_threads();
+    j["world_size"] = dist::world_size();
 #ifdef ATTNLAB_VERSION
     j["attnlab_version"] = ATTNLAB_VERSION;
 #else
@@ -462,7 +478,7 @@ std::string write_meta(const fs::path& dir, const RunRequest& r) {
 #endif
     j["start_time"] = now;
     j["resumed_at"] = json::array();
-    j["segments"] = json::array({{{"start", now}, {"threads", num_threads()}}});
+    j["segments"] = json::array({{{"start", now}, {"threads", num_threads()}, {"world_size", dist::world_size()}}});
   }
   write_text_atomic(path.string(), j.dump(2) + "\n");
   return warning;
@@ -513,6 +529,10 @@ bool only_sweep_files(const fs::path& dir) {
 int record_failure(const Experiment& e, const fs::path& dir, RunContext* ctx, const std::string& what,
                    std::ostream& console) {
   const std::string msg = fmt::format("{} failed: {}", e.name, what);
+  if (!dist::is_root()) {  // rank 0 keeps the run directory's record
+    console << fmt::format("attnlab run (rank {}): {}\n", dist::rank(), msg) << std::flush;
+    return kExitFailed;
+  }
   if (ctx)
     ctx->log("attnlab run: " + msg);
   else
@@ -586,6 +606,8 @@ std::optional<Config> validated_config(const RunRequest& r, const Experiment*& e
     e = &find_experiment(r.experiment);
     Config config = resolve_config(*e, r.preset, r.config_file, r.sets);
     if (e->check) e->check(config);
+    if (config.schema().find("train.accumulate") && config.schema().find("train.batch_size"))
+      check_batch_split(config, dist::world_size());
     return config;
   } catch (const Error& ex) {
     console << "attnlab run: " << ex.what() << "\n";
@@ -626,12 +648,15 @@ int dry_run_experiment(const RunRequest& r, std::ostream& out, std::ostream& con
   return kExitComplete;
 }
 
-int run_experiment(const RunRequest& r, std::ostream& console, bool tty) {
-  const Experiment* e = nullptr;
-  std::optional<Config> config = validated_config(r, e, console);
-  if (!config) return kExitUsage;
+namespace {
+
+constexpr int kProceed = -1;
+
+// Locks and prepares the run directory as experiment.hpp describes: kProceed when the run goes
+// ahead (config.toml and meta.json written), otherwise the exit status, after a message.
+int prepare_run_dir(const RunRequest& r, const Config& config, const Experiment& e, std::unique_ptr<DirLock>& lock,
+                    std::ostream& console) {
   const fs::path& dir = r.run_dir;
-  std::unique_ptr<DirLock> lock;  // held until the run returns
   try {
     // Locked before anything is read, so a second process never sees a half-written run. A
     // directory that is not a run directory is left untouched (and refused below).
@@ -639,7 +664,7 @@ int run_experiment(const RunRequest& r, std::ostream& console, bool tty) {
       fs::create_directories(dir);
       lock = std::make_unique<DirLock>(dir, r.wait);
     }
-    DirState state = examine_run_dir(dir, *e, *config);
+    DirState state = examine_run_dir(dir, e, config);
     if (state.kind == DirState::kNotARun || (state.kind == DirState::kOtherConfig && !r.force)) {
       console << "attnlab run: " << refusal(dir, state) << "\n";
       return kExitUsage;
@@ -657,7 +682,7 @@ int run_experiment(const RunRequest& r, std::ostream& console, bool tty) {
     }
     fs::create_directories(dir);
     fs::remove(dir / "failure.json");  // the record of a failed attempt; this process runs the run again
-    write_text_atomic((dir / "config.toml").string(), config->to_toml());
+    write_text_atomic((dir / "config.toml").string(), config.to_toml());
     if (const std::string warning = write_meta(dir, r); !warning.empty()) console << "attnlab run: " << warning << "\n";
   } catch (const Error& ex) {
     console << "attnlab run: " << ex.what() << "\n";
@@ -666,17 +691,46 @@ int run_experiment(const RunRequest& r, std::ostream& console, bool tty) {
     console << "attnlab run: " << ex.what() << "\n";
     return kExitFailed;
   }
+  return kProceed;
+}
+
+// A failed rank of a job of several ends them all, since the others would wait for it in their
+// next collective. A rank other than 0 gives rank 0 two seconds to record its own failure first.
+int end_job_if_distributed(int status) {
+  if (dist::world_size() == 1) return status;
+  if (!dist::is_root()) std::this_thread::sleep_for(std::chrono::seconds(2));
+  dist::abort(status);
+}
+
+}  // namespace
+
+int run_experiment(const RunRequest& r, std::ostream& console_in, bool tty) {
+  // Under mpirun every rank validates the config and runs the experiment; rank 0 alone prepares
+  // the run directory, writes in it and speaks (docs/distributed.md).
+  std::ostream quiet(nullptr);
+  std::ostream& console = dist::is_root() ? console_in : quiet;
+  const Experiment* e = nullptr;
+  std::optional<Config> config = validated_config(r, e, console);
+  std::vector<double> invalid{config ? 0.0 : 1.0};
+  dist::all_reduce_sum(invalid);
+  if (invalid[0] > 0) return kExitUsage;
+  const fs::path& dir = r.run_dir;
+  std::unique_ptr<DirLock> lock;  // held until the run returns
+  const int prepared = int(dist::broadcast(dist::is_root() ? prepare_run_dir(r, *config, *e, lock, console) : kProceed));
+  if (prepared != kProceed) return prepared;
 
   SignalGuard signals;
   std::unique_ptr<RunContext> ctx;
   try {
-    ctx = std::make_unique<RunContext>(*config, dir, RunContext::Options{&console, tty});
+    ctx = std::make_unique<RunContext>(*config, dir,
+                                       RunContext::Options{dist::is_root() ? &console : nullptr, tty && dist::is_root()});
     manual_seed(uint64_t(config->get_int("seed")));  // modules initialise from the default generator
     if (auto ck = ctx->last_step(); ck >= 0)
       ctx->logf("{}: resuming {} from step {}", dir.string(), e->name, ck);
     else
-      ctx->logf("{}: running {}{} ({} threads)", dir.string(), e->name,
-                r.preset.empty() ? "" : " --preset " + r.preset, num_threads());
+      ctx->logf("{}: running {}{} ({} threads{})", dir.string(), e->name,
+                r.preset.empty() ? "" : " --preset " + r.preset, num_threads(),
+                dist::world_size() > 1 ? fmt::format(" on each of {} ranks", dist::world_size()) : "");
     if (const std::string hint = blas_kernel_hint(); !hint.empty()) ctx->log(hint);
     e->run(*config, *ctx);
     if (ctx->should_stop()) {
@@ -689,9 +743,10 @@ int run_experiment(const RunRequest& r, std::ostream& console, bool tty) {
     ctx->log(line);
     return kExitComplete;
   } catch (const std::exception& ex) {
-    return record_failure(*e, dir, ctx.get(), ex.what(), console);
+    return end_job_if_distributed(record_failure(*e, dir, ctx.get(), ex.what(), console_in));
   } catch (...) {
-    return record_failure(*e, dir, ctx.get(), "an exception that is not a std::exception", console);
+    return end_job_if_distributed(
+        record_failure(*e, dir, ctx.get(), "an exception that is not a std::exception", console_in));
   }
 }
 

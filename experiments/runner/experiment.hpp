@@ -21,7 +21,8 @@
 // ## The run directory (what `attnlab run EXP --run-dir DIR` leaves; the sweep relies on it)
 //   config.toml         the resolved config (Config::to_toml); written before the run starts
 //   meta.json           experiment, preset, command line, git commit and dirty flag, hostname,
-//                       CPU model, thread count, attnlab version, start time (ISO 8601 UTC)
+//                       CPU model, thread count, MPI world size, attnlab version, start time
+//                       (ISO 8601 UTC), and per session its start, threads and world size
 //   log.txt             the run's log lines (also on stderr)
 //   metrics.jsonl       one JSON object per line: {"step": 120, "time": 3.5, "train_loss": 2.1}
 //                       ("time" = seconds of training so far, resumed runs included); on resume,
@@ -148,7 +149,9 @@ class RunContext {
   // Built by run_experiment; tests may build one directly. Creates `dir`; when it holds
   // checkpoint.safetensors, restores the generator, the training time and the peak RSS from it
   // and drops metrics.jsonl lines with a step above the checkpoint's (all of them when there is
-  // no checkpoint).
+  // no checkpoint). On MPI ranks other than 0 (dist::rank() > 0) it neither reads nor writes
+  // `dir`: logs go to the console only, metrics, checkpoints and the summary nowhere, artifacts
+  // to a scratch folder, and load_checkpoint returns nothing (the Trainer broadcasts rank 0's).
   RunContext(Config config, std::filesystem::path dir, Options options);
   ~RunContext();
   RunContext(const RunContext&) = delete;
@@ -219,6 +222,7 @@ class RunContext {
   int64_t progress_first_step_ = -1;
   double progress_first_time_ = 0;
   std::string progress_line_;   // what the TTY line shows
+  bool writer_;                 // rank 0: the one process that writes the run directory
 };
 
 // Peak resident set size of this process in MB (VmHWM of /proc/self/status; 0 if unknown).

@@ -12,8 +12,10 @@
 
 #include "autograd/grad_mode.hpp"
 #include "autograd/ops.hpp"
+#include "dist/distributed.hpp"
 #include "optim/clip.hpp"
 #include "optim/finite_loss.hpp"
+#include "tensor/kernels.hpp"
 #include "tensor/random.hpp"
 
 namespace attnlab::runner {
@@ -88,7 +90,40 @@ std::filesystem::path init_checkpoint_file(const std::string& path) {
   return p / "checkpoint.safetensors";
 }
 
+// What a loss call draws from: the context's, the default and the modules' generators and the
+// loaders. Restored before each micro-batch after the first, so that every micro-batch of a step
+// draws the same global batch (and the same dropout stream).
+class DrawState {
+ public:
+  DrawState(Generator& ctx, const nn::Module& model, const std::map<std::string, data::DataLoader*>& loaders) {
+    keep(&ctx);
+    keep(&default_generator());
+    for (auto& [name, gen] : model.named_generators()) keep(gen);
+    for (auto& [name, l] : loaders) loaders_.emplace_back(l, l->state());
+  }
+  void restore() const {
+    for (const auto& [gen, seed, offset] : generators_) gen->set_state(seed, offset);
+    for (const auto& [l, st] : loaders_) l->set_state(st);
+  }
+
+ private:
+  void keep(Generator* g) { generators_.emplace_back(g, g->seed(), g->offset()); }
+  std::vector<std::tuple<Generator*, uint64_t, uint64_t>> generators_;
+  std::vector<std::pair<data::DataLoader*, data::LoaderState>> loaders_;
+};
+
 }  // namespace
+
+void check_batch_split(const Config& c, int world_size) {
+  const int64_t accumulate = c.get_int("train.accumulate"), batch = c.get_int("train.batch_size");
+  if (accumulate < 1)
+    fail<ConfigError>("train.accumulate must be >= 1, got {} (from {})", accumulate, c.origin("train.accumulate"));
+  const int64_t parts = int64_t(world_size) * accumulate;
+  if (batch % parts != 0)
+    fail<ConfigError>("train.batch_size = {} (from {}) does not split into {} ranks x train.accumulate = {} equal "
+                      "micro-batches; use a multiple of {}",
+                      batch, c.origin("train.batch_size"), world_size, accumulate, parts);
+}
 
 std::vector<GroupSpec> parse_groups(const std::string& text) {
   std::vector<GroupSpec> specs;
@@ -237,7 +272,10 @@ Schema& add_train_keys(Schema& s, const TrainDefaults& d) {
       .add("train.init_from", d.init_from,
            "a run directory or checkpoint file whose model tensors start a fresh run (\"\" = none; ignored on resume)")
       .add("train.groups", d.groups,
-           "parameter groups by name pattern: \"*.gate.*: lr=0.1, weight_decay=0; PATTERN: ...\" (\"\" = none)");
+           "parameter groups by name pattern: \"*.gate.*: lr=0.1, weight_decay=0; PATTERN: ...\" (\"\" = none)")
+      .add("train.accumulate", d.accumulate,
+           "micro-batches per step on each rank: gradients of train.batch_size / (ranks x this) rows each, summed, "
+           "then averaged");
 }
 
 Trainer::Trainer(RunContext& ctx, nn::Module& model) : ctx_(ctx), model_(model) {
@@ -260,6 +298,10 @@ Trainer::Trainer(RunContext& ctx, nn::Module& model) : ctx_(ctx), model_(model) 
   if (!(min_ratio >= 0 && min_ratio <= 1)) fail<ConfigError>("Trainer: train.min_lr_ratio must be in [0, 1], got {}", min_ratio);
   if (!(wd >= 0)) fail<ConfigError>("Trainer: train.weight_decay must be >= 0, got {}", wd);
   init_from_ = c.get_string("train.init_from");
+  if (c.schema().find("train.accumulate")) {
+    if (c.schema().find("train.batch_size")) check_batch_split(c, dist::world_size());
+    accumulate_ = nonneg("train.accumulate", 1);
+  }
   const nn::NamedTensors named = model.named_parameters();
   for (auto& [name, p] : named) params_.push_back(p);
   const std::vector<GroupSpec> specs = parse_groups(c.get_string("train.groups"));
@@ -334,8 +376,20 @@ void Trainer::restore(const TensorMap& s) {
 
 double Trainer::steps_per_second() const { return train_seconds_ > 0 ? double(session_steps_) / train_seconds_ : 0; }
 
-bool Trainer::fit() {
-  if (!loss) fail<ValueError>("Trainer::fit: set trainer.loss first");
+Tensor Trainer::micro_batch(const Tensor& batch) {
+  micro_batch_used_ = true;
+  const int64_t parts = accumulate_ * dist::world_size();
+  if (parts == 1) return batch;
+  if (batch.dim() == 0 || batch.size(0) % parts != 0)
+    fail<ConfigError>("Trainer::micro_batch: a batch of {} rows does not split into {} ranks x train.accumulate = {} "
+                      "equal micro-batches; use a train.batch_size that is a multiple of {}",
+                      batch.dim() ? batch.size(0) : 0, dist::world_size(), accumulate_, parts);
+  const int64_t rows = batch.size(0) / parts;
+  return contiguous(narrow(batch, 0, (dist::rank() * accumulate_ + micro_) * rows, rows));
+}
+
+void Trainer::start() {
+  if (!dist::is_root()) return share_state();
   if (auto ck = ctx_.load_checkpoint()) {
     restore(ck->second);  // a resumed run continues its own training, whatever init_from says
     if (step_ > total_)
@@ -349,17 +403,101 @@ bool Trainer::fit() {
     if (!r.unused_gates.empty())
       ctx_.logf("init_from {}: gate tensors the model lacks, not loaded: {}", init_from_, fmt::join(r.unused_gates, ", "));
   }
+  share_state();
+}
+
+void Trainer::share_state() {
+  if (dist::world_size() == 1) return;
+  TensorMap s;
+  if (dist::is_root()) {
+    s = state();
+    s["run.generator"] = i64s({int64_t(ctx_.generator().seed()), int64_t(ctx_.generator().offset())});
+  }
+  dist::broadcast(s);
+  if (dist::is_root()) return;
+  restore(s);
+  auto g = read_i64s(s, "run.generator", 2);
+  ctx_.generator().set_state(uint64_t(g[0]), uint64_t(g[1]));
+}
+
+double Trainer::compute_gradients() {
+  opt_->zero_grad();
+  const int64_t parts = accumulate_ * dist::world_size();
+  if (parts == 1) {
+    Tensor l = loss(step_);
+    const double value = optim::check_finite_loss(l, "Trainer", step_ + 1);
+    l.backward();
+    return value;
+  }
+  const DrawState draws(ctx_.generator(), model_, loaders_);
+  double sum = 0;
+  for (micro_ = 0; micro_ < accumulate_; ++micro_) {
+    if (micro_ > 0) draws.restore();
+    micro_batch_used_ = false;
+    Tensor l = loss(step_);
+    if (!micro_batch_used_)
+      fail<ValueError>("Trainer: train.accumulate = {} with {} ranks needs a loss that takes its rows of the global "
+                       "batch with Trainer::micro_batch, and this experiment's loss does not (use train.accumulate = 1 "
+                       "and one process)",
+                       accumulate_, dist::world_size());
+    sum += l.item();
+    l.backward();
+  }
+  micro_ = 0;
+  return average_gradients(sum, parts);
+}
+
+// The reduction over micro-batches and ranks. A small reduction of doubles comes first: the loss
+// sum, the stop flag, and per parameter whether some part gave it a gradient (a parameter no part
+// reached keeps no gradient, as in one process); then the gradients, in buckets.
+double Trainer::average_gradients(double loss_sum, int64_t parts) {
+  std::vector<double> control{loss_sum, ctx_.should_stop() ? 1.0 : 0.0};
+  for (const Tensor& p : params_) control.push_back(p.grad().defined() ? 1.0 : 0.0);
+  dist::all_reduce_sum(control);
+  stop_agreed_ = control[1] > 0;
+  const double mean = control[0] / double(parts);
+  optim::check_finite_loss(scalar_tensor(mean, kFloat64), "Trainer", step_ + 1);
+  NoGradGuard no_grad;
+  std::vector<size_t> which;
+  std::vector<Tensor> grads;  // fresh copies: a gradient tensor may be shared with another's
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (control[2 + i] == 0) continue;
+    const Tensor g = params_[i].grad();
+    which.push_back(i);
+    grads.push_back(g.defined() ? kernels::clone(g) : zeros_like(params_[i]));
+  }
+  dist::all_reduce_sum(grads);
+  for (size_t k = 0; k < which.size(); ++k) params_[which[k]].set_grad(grads[k] / double(parts));
+  return mean;
+}
+
+bool Trainer::stop_requested() const { return dist::world_size() == 1 ? ctx_.should_stop() : stop_agreed_; }
+
+void Trainer::report_communication() {
+  if (dist::world_size() == 1 || session_steps_ == 0) return;
+  const dist::CommStats c = dist::comm_stats();
+  const double steps = double(session_steps_), ms = 1000 * c.seconds / steps;
+  ctx_.logf("data-parallel: {} ranks, {:.0f} bytes all-reduced per step in {:.1f} MPI calls, {:.2f} ms per step in "
+            "MPI ({:.1f}% of the training time)",
+            dist::world_size(), double(c.bytes) / steps, double(c.calls) / steps, ms,
+            100 * c.seconds / std::max(train_seconds_, 1e-9));
+  ctx_.summary("allreduce_bytes_per_step", double(c.bytes) / steps);
+  ctx_.summary("allreduce_ms_per_step", ms);
+}
+
+bool Trainer::fit() {
+  if (!loss) fail<ValueError>("Trainer::fit: set trainer.loss first");
+  start();
+  dist::reset_comm_stats();
   model_.train();
   while (step_ < total_) {
-    if (ctx_.should_stop()) {
+    if (stop_requested()) {
+      ctx_.request_stop();  // a signal to another rank stops this one too
       ctx_.save_checkpoint(step_, state());
       return false;
     }
     const double t0 = now();
-    Tensor l = loss(step_);
-    const double value = optim::check_finite_loss(l, "Trainer", step_ + 1);
-    opt_->zero_grad();
-    l.backward();
+    const double value = compute_gradients();
     if (clip_ > 0) optim::clip_grad_norm_(params_, clip_);
     const double lr = opt_->param_groups()[0].lr;
     opt_->step();
@@ -389,6 +527,7 @@ bool Trainer::fit() {
     if (step_ == total_ || (checkpoint_every_ > 0 && step_ % checkpoint_every_ == 0))
       ctx_.save_checkpoint(step_, state());
   }
+  report_communication();
   return true;
 }
 

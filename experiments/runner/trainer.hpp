@@ -19,7 +19,18 @@
 // a fresh run (fine-tuning, e.g. adding Hard Concrete gates to a converged model), and
 // train.groups gives parameters matched by name their own peak lr and weight decay.
 //
-// Experiments that need another loop can skip the Trainer and use RunContext directly.
+// train.accumulate and data-parallel ranks (docs/distributed.md): train.batch_size is the global
+// batch of one step. It is cut into ranks x train.accumulate equal micro-batches; rank r runs
+// micro-batches r * accumulate ... (r + 1) * accumulate - 1, one forward and backward each.
+// Every loss call of a step starts from the same generator and loader state, so it draws the
+// same global batch, and takes its rows with micro_batch(). The gradients are summed over the
+// micro-batches (autograd accumulation), then over the ranks (dist::all_reduce_sum) and divided
+// by their number: the gradient of the mean of the micro-batch losses. Rank 0 alone reads the
+// checkpoint (or train.init_from) and broadcasts the whole training state before the first step;
+// the ranks then stay equal because each applies the same update to the same gradients.
+//
+// Experiments that need another loop can skip the Trainer and use RunContext directly (such a
+// loop runs whole on every rank under mpirun).
 #pragma once
 #include <functional>
 #include <limits>
@@ -51,8 +62,13 @@ struct TrainDefaults {
   int64_t checkpoint_every = 0;  // 0 = only on stop and at the end
   std::string init_from = "";    // a run directory or checkpoint file; "" = random initialisation
   std::string groups = "";       // parameter groups by name pattern (parse_groups); "" = none
+  int64_t accumulate = 1;        // micro-batches per step on each rank
 };
 Schema& add_train_keys(Schema& schema, const TrainDefaults& defaults = {});
+
+// ConfigError naming train.batch_size, the rank count and train.accumulate when the global batch
+// does not split into world_size x train.accumulate equal micro-batches (or train.accumulate < 1).
+void check_batch_split(const Config& config, int world_size);
 
 // ---- train.groups ----
 
@@ -117,6 +133,12 @@ class Trainer {
   // A loader whose position is checkpointed.
   void add_loader(const std::string& name, data::DataLoader& loader);
 
+  // The rows of the global batch `batch` (first dimension = train.batch_size) that the current
+  // loss call computes: all of them with one rank and train.accumulate = 1, otherwise micro-batch
+  // rank * accumulate + m of ranks x accumulate equal parts. A loss must pass every batch tensor
+  // through it when train.accumulate > 1 or under mpirun (ValueError otherwise).
+  Tensor micro_batch(const Tensor& batch);
+
   // Restores the last checkpoint (if any; otherwise, in a fresh run, loads train.init_from),
   // then trains to train.steps. Returns true when every step is done (a final checkpoint is
   // saved), false when ctx.should_stop() interrupted it (a checkpoint at the current step is
@@ -136,6 +158,12 @@ class Trainer {
  private:
   TensorMap state() const;
   void restore(const TensorMap& state);
+  void start();                 // checkpoint or init_from on rank 0, then share_state
+  void share_state();           // rank 0's state on every rank
+  double compute_gradients();   // the step's forward and backward passes; returns the mean loss
+  double average_gradients(double loss_sum, int64_t parts);
+  bool stop_requested() const;
+  void report_communication();
   RunContext& ctx_;
   nn::Module& model_;
   std::unique_ptr<optim::AdamW> opt_;
@@ -146,6 +174,10 @@ class Trainer {
   std::string init_from_;
   int64_t total_, log_every_, eval_every_, checkpoint_every_;
   double clip_;
+  int64_t accumulate_ = 1;
+  int64_t micro_ = 0;          // the micro-batch the current loss call computes
+  bool micro_batch_used_ = false;
+  bool stop_agreed_ = false;   // every rank saw the stop flag of some rank in the last reduction
   int64_t step_ = 0;
   double last_train_loss_ = std::numeric_limits<double>::quiet_NaN();
   double loss_sum_ = 0;    // train_loss window

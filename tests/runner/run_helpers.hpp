@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "experiments/catalog/models.hpp"
 #include "experiments/runner/experiment.hpp"
 #include "experiments/runner/trainer.hpp"
@@ -79,6 +81,20 @@ inline bool bitwise_equal(const Tensor& a, const Tensor& b) {
 // The checkpoint.safetensors of a run directory.
 inline TensorMap checkpoint_of(const std::filesystem::path& dir) {
   return load_safetensors((dir / "checkpoint.safetensors").string());
+}
+
+// metrics.jsonl without the "time" field (wall-clock, differs between runs).
+inline std::vector<nlohmann::json> metrics_without_time(const std::filesystem::path& dir) {
+  std::vector<nlohmann::json> out;
+  std::istringstream in(read_file(dir / "metrics.jsonl"));
+  std::string line;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line);
+    CHECK(j.contains("time"));
+    j.erase("time");
+    out.push_back(j);
+  }
+  return out;
 }
 
 }  // namespace attnlab::testing

@@ -57,20 +57,6 @@ Result run(const fs::path& dir, std::vector<std::string> sets = {}, const std::s
   return run_in(dir, experiment, std::move(sets), preset);
 }
 
-// metrics.jsonl without the "time" field (wall-clock, differs between runs).
-std::vector<nlohmann::json> metrics_without_time(const fs::path& dir) {
-  std::vector<nlohmann::json> out;
-  std::istringstream in(read(dir / "metrics.jsonl"));
-  std::string line;
-  while (std::getline(in, line)) {
-    auto j = nlohmann::json::parse(line);
-    CHECK(j.contains("time"));
-    j.erase("time");
-    out.push_back(j);
-  }
-  return out;
-}
-
 // Runs test_resume straight and stopped by SIGTERM during step 10 then resumed, with `sets`;
 // the two must end bitwise equal with the same metrics lines.
 void check_stop_and_resume(const std::string& name, const std::vector<std::string>& sets) {
