@@ -9,11 +9,12 @@
 #   make bench-decode    decoding at context 4096: cache bytes per token and tokens/s against mha
 #   make bench-mha-options  a training step with each mha option (one layer, then the reference LM)
 #   make test-slurm      sweeps as job arrays under a local single-node Slurm (root; minutes; not in `make test`)
+#   make fuzz            libFuzzer on every file and string parser, FUZZ_RUNS executions each (clang)
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build cli demo test test-slurm test-sanitize bench bench-lra bench-attention bench-decode bench-mha-options clean
+.PHONY: all deps build cli demo test test-slurm test-sanitize fuzz bench bench-lra bench-attention bench-decode bench-mha-options clean
 
 all: build
 
@@ -46,6 +47,16 @@ test-sanitize: deps
 	cmake --build build-sanitize -j $(JOBS)
 	ASAN_OPTIONS=detect_leaks=1 ctest --test-dir build-sanitize --output-on-failure -j $(JOBS)
 
+# Not part of `test` or `demo`: needs clang, and takes long (docs/fuzzing.md). -O1 with line
+# tables: libFuzzer's recommended trade between compile time, speed and readable stack traces.
+FUZZ_RUNS ?= 1000000
+fuzz: deps
+	cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -gline-tables-only" \
+	  -DCMAKE_CXX_COMPILER=clang++ -DATTNLAB_FUZZ=ON \
+	  -DATTNLAB_SANITIZE=ON -DATTNLAB_NATIVE=OFF -DATTNLAB_BUILD_TESTS=OFF $(CMAKE_FLAGS)
+	cmake --build build-fuzz -j $(JOBS) --target fuzz_targets
+	sh fuzz/run.sh build-fuzz $(FUZZ_RUNS)
+
 bench: build
 	cmake --build $(BUILD) -j $(JOBS) --target bench_ops bench_lm bench_generate
 	sh bench/run.sh $(BUILD)
@@ -70,4 +81,4 @@ bench-mha-options: build
 	./$(BUILD)/bench/bench_mha_options --lm
 
 clean:
-	rm -rf $(BUILD) build-sanitize
+	rm -rf $(BUILD) build-sanitize build-fuzz

@@ -561,7 +561,7 @@ Tensor cross_entropy_fused(const Tensor& logits, const Tensor& targets, int64_t 
   }
   return record(
       "cross_entropy", result, {logits},
-      [logits, targets, lse, scale, ignore_index, label_smoothing](const Tensor& grad, const Tensor&, const Node&) {
+      [logits, targets, lse = lse, scale, ignore_index, label_smoothing](const Tensor& grad, const Tensor&, const Node&) {
         return Grads{k::cross_entropy_rows_backward(grad, scale, logits, targets, lse, ignore_index, label_smoothing)};
       });
 }

@@ -3,20 +3,29 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "autograd/grad_mode.hpp"
 #include "autograd/ops.hpp"
 
 namespace attnlab::nn {
+namespace {
 
-Tensor sample_next(const Tensor& logits, double temperature, int64_t top_k, Generator& gen) {
-  if (logits.dim() != 2) fail<ShapeError>("sample_next: logits must be (B, V), got {}", to_string(logits.shape()));
+// sample_next's body; `where` starts its errors ("sample_next", or generate's step).
+Tensor sample_rows(const Tensor& logits, double temperature, int64_t top_k, Generator& gen, const std::string& where) {
+  if (logits.dim() != 2) fail<ShapeError>("{}: logits must be (B, V), got {}", where, to_string(logits.shape()));
   if (!(temperature >= 0) || !std::isfinite(temperature))
-    fail<ValueError>("sample_next: temperature must be >= 0, got {}", temperature);
-  if (top_k < 0) fail<ValueError>("sample_next: top_k must be >= 0, got {}", top_k);
+    fail<ValueError>("{}: temperature must be >= 0, got {}", where, temperature);
+  if (top_k < 0) fail<ValueError>("{}: top_k must be >= 0, got {}", where, top_k);
   const int64_t B = logits.size(0), V = logits.size(1);
   const std::vector<double> l = to(contiguous(logits), kFloat64).to_vector<double>();
+  // A NaN would break the sort's ordering and an infinity the softmax: neither samples anything.
+  for (int64_t i = 0; i < B * V; ++i)
+    if (!std::isfinite(l[size_t(i)]))
+      fail<ValueError>("{}: the logit of token {} in row {} is {}; the model's output is not finite (check the "
+                       "checkpoint's weights)",
+                       where, i % V, i / V, l[size_t(i)]);
   std::vector<int64_t> out(B);
   std::vector<int64_t> order(V);
   std::vector<double> p(V);
@@ -46,6 +55,12 @@ Tensor sample_next(const Tensor& logits, double temperature, int64_t top_k, Gene
   return from_vector(out, {B});
 }
 
+}  // namespace
+
+Tensor sample_next(const Tensor& logits, double temperature, int64_t top_k, Generator& gen) {
+  return sample_rows(logits, temperature, top_k, gen, "sample_next");
+}
+
 Tensor generate(CausalLM& model, const Tensor& prompt, const GenerateOptions& o) {
   if (prompt.dtype() != kInt64 || prompt.dim() != 2 || prompt.size(1) < 1)
     fail<ShapeError>("generate: prompt must be int64 (B, P) with P >= 1, got {} {}", dtype_name(prompt.dtype()),
@@ -66,7 +81,8 @@ Tensor generate(CausalLM& model, const Tensor& prompt, const GenerateOptions& o)
   for (int64_t step = 0; step < o.max_new_tokens; ++step) {
     Tensor logits = o.use_cache ? model.forward_step(next_in, cache) : model.forward(tokens);  // (B, T, V)
     Tensor last = select(logits, 1, logits.size(1) - 1);                                          // (B, V)
-    Tensor next = reshape(sample_next(last, o.temperature, o.top_k, gen), {B, 1});
+    const std::string where = fmt::format("generate: step {} of {} (position {})", step + 1, o.max_new_tokens, P + step);
+    Tensor next = reshape(sample_rows(last, o.temperature, o.top_k, gen, where), {B, 1});
     tokens = cat({tokens, next}, 1);
     next_in = next;
   }

@@ -22,7 +22,8 @@ struct GenerateOptions {
 // Runs in eval mode (restoring the model's mode afterwards), without gradients.
 Tensor generate(CausalLM& model, const Tensor& prompt, const GenerateOptions& options);
 
-// One token per row of logits (B, V): int64 (B). One uniform draw per row from `gen`.
+// One token per row of logits (B, V): int64 (B). One uniform draw per row from `gen`. ValueError
+// naming the row and token when a logit is NaN or infinite (generate's names the step too).
 Tensor sample_next(const Tensor& logits, double temperature, int64_t top_k, Generator& gen);
 
 }  // namespace attnlab::nn

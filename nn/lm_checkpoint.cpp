@@ -1,8 +1,14 @@
 #include "nn/lm_checkpoint.hpp"
 
-#include <charconv>
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <vector>
 
 #include <fmt/format.h>
+
+#include "autograd/ops.hpp"
+#include "tensor/option_string.hpp"
 
 namespace attnlab::nn {
 
@@ -43,11 +49,16 @@ const std::string& need(const Metadata& m, const std::string& path, const std::s
 
 int64_t need_int(const Metadata& m, const std::string& path, const std::string& key) {
   const std::string& s = need(m, path, key);
-  int64_t v = 0;
-  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || end != s.data() + s.size())
-    fail<FileError>("{}: metadata {} must be an integer, got '{}'", path, key, s);
-  return v;
+  const std::optional<int64_t> v = parse_integer(s);
+  if (!v) fail<FileError>("{}: metadata {} must be an integer, got '{}'", path, key, s);
+  return *v;
+}
+
+double need_finite(const Metadata& m, const std::string& path, const std::string& key) {
+  const std::string& s = need(m, path, key);
+  const std::optional<double> v = parse_number(s);
+  if (!v || !std::isfinite(*v)) fail<FileError>("{}: metadata {} must be a finite number, got '{}'", path, key, s);
+  return *v;
 }
 
 bool need_bool(const Metadata& m, const std::string& path, const std::string& key) {
@@ -57,6 +68,19 @@ bool need_bool(const Metadata& m, const std::string& path, const std::string& ke
 }
 
 }  // namespace
+
+void check_finite_weights(const TensorMap& weights, const std::string& path, const std::string& prefix) {
+  for (const auto& [name, t] : weights) {
+    if (!t.is_floating_point()) continue;
+    const std::vector<double> v = to(contiguous(t), kFloat64).to_vector<double>();
+    const auto bad = [](double x) { return !std::isfinite(x); };
+    const auto first = std::find_if(v.begin(), v.end(), bad);
+    if (first == v.end()) continue;
+    fail<FileError>("{}: tensor '{}{}' holds {} non-finite value(s) (the first, {}, at flat index {}); the model "
+                    "would compute NaN logits",
+                    path, prefix, name, std::count_if(first, v.end(), bad), *first, first - v.begin());
+  }
+}
 
 LoadedLM load_causal_lm(const std::string& path) {
   Metadata m;
@@ -69,11 +93,7 @@ LoadedLM load_causal_lm(const std::string& path) {
   c.block.ffn_hidden = need_int(m, path, "lm.ffn_hidden");
   c.block.activation = need(m, path, "lm.activation");
   c.block.norm_first = need_bool(m, path, "lm.norm_first");
-  try {
-    c.block.norm_eps = std::stod(need(m, path, "lm.norm_eps"));
-  } catch (const std::logic_error&) {
-    fail<FileError>("{}: metadata lm.norm_eps must be a number, got '{}'", path, m["lm.norm_eps"]);
-  }
+  c.block.norm_eps = need_finite(m, path, "lm.norm_eps");
   c.layers = need_int(m, path, "lm.layers");
   c.vocab_size = need_int(m, path, "lm.vocab_size");
   c.max_len = need_int(m, path, "lm.max_len");
@@ -84,6 +104,7 @@ LoadedLM load_causal_lm(const std::string& path) {
       fail<FileError>("{}: metadata lm.positions must be learned or none, got '{}'", path, it->second);
     c.positions = it->second;
   }
+  check_finite_weights(weights, path);
   auto model = std::make_shared<CausalLM>(c);
   if (!weights.empty()) model->to(weights.begin()->second.dtype());
   try {

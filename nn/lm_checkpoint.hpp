@@ -18,7 +18,14 @@ struct LoadedLM {
   Metadata metadata;  // everything in the file's metadata, "lm.*" included
 };
 // FileError names the path when the file is not a CausalLM checkpoint or a key is missing or
-// malformed; the weights are loaded strictly. A file without lm.positions has learned positions.
+// malformed, or a weight is not finite; the weights are loaded strictly. A file without
+// lm.positions has learned positions.
 LoadedLM load_causal_lm(const std::string& path);
+
+// FileError "<path>: tensor '<prefix><name>' holds N non-finite values (the first, nan, at flat
+// index i)" for the first floating-point tensor holding a NaN or an infinity: a model with such
+// a weight computes NaN logits, and every sample from it would be meaningless. `prefix` restores
+// the name the file gives a tensor whose prefix the caller removed ("model.").
+void check_finite_weights(const TensorMap& weights, const std::string& path, const std::string& prefix = "");
 
 }  // namespace attnlab::nn

@@ -8,6 +8,13 @@
 
 namespace attnlab::json_lite {
 
+Value::Value() = default;
+Value::Value(const Value&) = default;
+Value::Value(Value&&) noexcept = default;
+Value& Value::operator=(const Value&) = default;
+Value& Value::operator=(Value&&) noexcept = default;
+Value::~Value() = default;
+
 const Value* Value::find(std::string_view key) const {
   for (const auto& [k, v] : object)
     if (k == key) return &v;

@@ -33,6 +33,15 @@ struct Value {
   std::vector<std::pair<std::string, Value>> object;  // in file order; keys are unique
 
   const Value* find(std::string_view key) const;
+
+  // Defined out of line, where Value is complete: `object` holds pairs containing Value, and
+  // clang 14 with libstdc++ 12 rejects the implicit inline ones.
+  Value();
+  Value(const Value&);
+  Value(Value&&) noexcept;
+  Value& operator=(const Value&);
+  Value& operator=(Value&&) noexcept;
+  ~Value();
 };
 
 const char* kind_name(Value::Kind k);

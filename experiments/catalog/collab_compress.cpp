@@ -31,6 +31,7 @@
 #include "experiments/runner/trainer.hpp"
 #include "nn/attention/collaborative.hpp"
 #include "nn/loss.hpp"
+#include "tensor/option_string.hpp"
 
 namespace attnlab::catalog {
 namespace {
@@ -56,16 +57,11 @@ std::vector<int64_t> parse_sizes(const std::string& text) {
   std::stringstream ss(text);
   std::string item;
   while (std::getline(ss, item, ',')) {
-    size_t used = 0;
-    int64_t v = 0;
-    try {
-      v = std::stoll(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || item.find_first_not_of(" ", used) != std::string::npos || v <= 0)
-      fail<ConfigError>("collab.shared_key_sizes: '{}' in '{}' is not a positive integer", item, text);
-    out.push_back(v);
+    const size_t begin = item.find_first_not_of(' '), end = item.find_last_not_of(' ');
+    const std::optional<int64_t> v =
+        begin == std::string::npos ? std::nullopt : parse_integer(std::string_view(item).substr(begin, end + 1 - begin));
+    if (!v || *v <= 0) fail<ConfigError>("collab.shared_key_sizes: '{}' in '{}' is not a positive integer", item, text);
+    out.push_back(*v);
   }
   if (out.empty()) fail<ConfigError>("collab.shared_key_sizes: expected a list like \"4,8,16\", got '{}'", text);
   return out;

@@ -286,7 +286,9 @@ nn::LoadedLM load_lm_run(const std::filesystem::path& path) {
   manual_seed(uint64_t(config.get_int("seed")));
   std::shared_ptr<nn::CausalLM> model = build_lm(config, task);
   check_same_shapes(*model, shapes, file);
-  model->load_state_dict(model_entries(load_safetensors(file)));
+  const TensorMap weights = model_entries(load_safetensors(file));
+  nn::check_finite_weights(weights, file, "model.");
+  model->load_state_dict(weights);
   model->eval();
   std::string hex;
   for (unsigned char b : task.token_bytes) hex += fmt::format("{:02x}", b);

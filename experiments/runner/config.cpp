@@ -285,8 +285,16 @@ void Config::set(const std::string& assignment) {
     parsed = scalar(*t.get("v"));
   } catch (const toml::parse_error&) {
   }
-  // A string key takes any text that is not a TOML string verbatim (mha(heads=4), 123, true).
-  if (f->type == FieldType::String && (!parsed || type_of(*parsed) != FieldType::String)) parsed = Value(text);
+  // A string key takes any text that is not a TOML string verbatim (mha(heads=4), 123, true),
+  // provided it can be written back as one: config.toml must read back on resume.
+  if (f->type == FieldType::String && (!parsed || type_of(*parsed) != FieldType::String)) {
+    try {
+      toml::parse("v = " + to_toml_value(Value(text)));
+    } catch (const toml::parse_error& e) {
+      fail<ConfigError>("--set: key '{}': the value is not UTF-8 text ({})", key, e.description());
+    }
+    parsed = Value(text);
+  }
   if (!parsed)
     fail<ConfigError>("--set: key '{}' expects {}, got '{}' (not a TOML value)", key, type_name(f->type), text);
   set_value(key, *parsed, "--set");

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "tensor/error.hpp"
+#include "tensor/option_string.hpp"
 
 namespace attnlab::runner {
 
@@ -39,15 +40,14 @@ std::vector<std::pair<int, std::vector<std::string>>> csv_records(const std::str
   return out;
 }
 
-bool is_number(const std::string& s) {
-  if (s.empty()) return false;
-  size_t used = 0;
-  try {
-    const double v = std::stod(s, &used);
-    return used == s.size() && std::isfinite(v);
-  } catch (const std::exception&) {
-    return false;
-  }
+std::optional<double> number_field(const std::string& s) {
+  const size_t begin = s.find_first_not_of(" \t"), end = s.find_last_not_of(" \t");
+  if (begin == std::string::npos) return std::nullopt;
+  const std::optional<double> v = parse_number(std::string_view(s).substr(begin, end + 1 - begin));
+  if (!v || !std::isfinite(*v)) return std::nullopt;
+  return v;
 }
+
+bool is_number(const std::string& s) { return number_field(s).has_value(); }
 
 }  // namespace attnlab::runner

@@ -1,6 +1,7 @@
 // Reading CSV text (RFC 4180 quoting), for the tables the runner reads back: the claims table
 // (claims.hpp) and the measured tables a report joins to its runs (measured.hpp).
 #pragma once
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -12,7 +13,10 @@ namespace attnlab::runner {
 // starts on. ValueError naming `path` and the line when a quoted field is not closed.
 std::vector<std::pair<int, std::vector<std::string>>> csv_records(const std::string& text, const std::string& path);
 
-// true when `s` is a whole finite number ("1.5", "-2e3"; not "", "nan", "3x").
+// The value of a field that is a whole finite number ("1.5", "-2e3", " 4 ": blanks around it are
+// ignored); nullopt otherwise ("", "nan", "inf", "3x", "1e999", "0x10").
+std::optional<double> number_field(const std::string& s);
+// number_field(s) has a value.
 bool is_number(const std::string& s);
 
 }  // namespace attnlab::runner

@@ -23,6 +23,7 @@
 #include "experiments/runner/task.hpp"
 #include "experiments/runner/trainer.hpp"
 #include "tensor/blas_info.hpp"
+#include "tensor/option_string.hpp"
 #include "tensor/parallel.hpp"
 
 namespace fs = std::filesystem;
@@ -190,8 +191,14 @@ std::string format_duration(double s) {
 double peak_rss_mb() {
   std::ifstream in("/proc/self/status");
   std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;  // kB
+  while (std::getline(in, line)) {
+    if (line.rfind("VmHWM:", 0) != 0) continue;
+    // "VmHWM:    123456 kB"
+    std::string_view kb = std::string_view(line).substr(6);
+    kb.remove_prefix(std::min(kb.find_first_not_of(" \t"), kb.size()));
+    const std::optional<int64_t> v = parse_integer(kb.substr(0, kb.find(' ')));
+    return v ? double(*v) / 1024.0 : 0;
+  }
   return 0;
 }
 
@@ -427,6 +434,37 @@ std::string failure_message(const fs::path& run_dir) {
   return j["error"].get<std::string>();
 }
 
+MetaSession append_meta_session(const std::string& text, const std::string& path, const std::string& now, int threads,
+                                int world_size) {
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) fail<FileError>("{}: not a JSON object", path);
+  for (const char* key : {"resumed_at", "segments"})
+    if (j.contains(key) && !j[key].is_array())
+      fail<FileError>("{}: \"{}\" must be a list, got a JSON {}", path, key, j[key].type_name());
+  // Files written before segments were recorded: the first session is `threads`.
+  if (!j.contains("segments") && j.contains("start_time") && j.contains("threads"))
+    j["segments"] = json::array({{{"start", j["start_time"]}, {"threads", j["threads"]}}});
+  MetaSession out;
+  const json& segs = j["segments"];
+  if (!segs.empty() && segs.back().is_object() && segs.back().contains("threads") &&
+      segs.back()["threads"].is_number_integer() && segs.back()["threads"].get<int64_t>() != threads)
+    out.warning = fmt::format("warning: resuming with {} threads, the previous session had {}; the results will differ "
+                              "in the last bits from an uninterrupted run (set ATTNLAB_NUM_THREADS={} to match)",
+                              threads, segs.back()["threads"].get<int64_t>(), segs.back()["threads"].get<int64_t>());
+  // Sessions before world sizes were recorded ran one process.
+  const json* last = !segs.empty() && segs.back().is_object() ? &segs.back() : nullptr;
+  const int64_t last_world =
+      last && last->contains("world_size") && (*last)["world_size"].is_number_integer() ? (*last)["world_size"].get<int64_t>() : 1;
+  if (last_world != world_size)
+    out.warning += fmt::format("{}warning: resuming with {} ranks, the previous session had {}; the micro-batches change, "
+                               "so the results differ in the last bits from an uninterrupted run",
+                               out.warning.empty() ? "" : "\nattnlab run: ", world_size, last_world);
+  j["resumed_at"].push_back(now);
+  j["segments"].push_back({{"start", now}, {"threads", threads}, {"world_size", world_size}});
+  out.text = j.dump(2) + "\n";
+  return out;
+}
+
 // ---- run_experiment ----
 
 namespace {
@@ -440,25 +478,9 @@ std::string write_meta(const fs::path& dir, const RunRequest& r) {
   std::string warning;
   json j;
   if (fs::exists(path)) {
-    j = json::parse(read_text(path), nullptr, false);
-    if (j.is_discarded() || !j.is_object()) fail<FileError>("{}: not a JSON object", path.string());
-    j["resumed_at"].push_back(now);
-    // Files written before segments were recorded: the first session is `threads`.
-    if (!j.contains("segments") && j.contains("start_time") && j.contains("threads"))
-      j["segments"] = json::array({{{"start", j["start_time"]}, {"threads", j["threads"]}}});
-    const json& segs = j["segments"];
-    if (segs.is_array() && !segs.empty() && segs.back().contains("threads") && segs.back()["threads"].is_number_integer() &&
-        segs.back()["threads"].get<int64_t>() != num_threads())
-      warning = fmt::format("warning: resuming with {} threads, the previous session had {}; the results will differ "
-                            "in the last bits from an uninterrupted run (set ATTNLAB_NUM_THREADS={} to match)",
-                            num_threads(), segs.back()["threads"].get<int64_t>(), segs.back()["threads"].get<int64_t>());
-    // Sessions before world sizes were recorded ran one process.
-    const int64_t last_world = segs.is_array() && !segs.empty() ? segs.back().value("world_size", int64_t(1)) : 1;
-    if (last_world != dist::world_size())
-      warning += fmt::format("{}warning: resuming with {} ranks, the previous session had {}; the micro-batches change, "
-                             "so the results differ in the last bits from an uninterrupted run",
-                             warning.empty() ? "" : "\nattnlab run: ", dist::world_size(), last_world);
-    j["segments"].push_back({{"start", now}, {"threads", num_threads()}, {"world_size", dist::world_size()}});
+    MetaSession m = append_meta_session(read_text(path), path.string(), now, num_threads(), dist::world_size());
+    write_text_atomic(path.string(), m.text);
+    return m.warning;
   } else {
     j["experiment"] = r.experiment;
     j["preset"] = r.preset;

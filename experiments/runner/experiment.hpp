@@ -133,6 +133,18 @@ int run_experiment(const RunRequest& request, std::ostream& console, bool tty);
 // The "error" of dir/failure.json; "" when the file is absent or unreadable.
 std::string failure_message(const std::filesystem::path& run_dir);
 
+// A resumed session recorded in a run's meta.json: `text` is the file's content, `path` names it
+// in errors. Appends `now` to "resumed_at" and {start: now, threads} to "segments" (a file without
+// segments gets its first session from "start_time" and "threads"); `warning` is set when the
+// previous session ran with another thread count or number of MPI ranks. FileError naming the path when the text is not
+// a JSON object or "resumed_at" / "segments" is not a list.
+struct MetaSession {
+  std::string text;     // the new meta.json
+  std::string warning;  // "" when the thread count and the number of ranks are unchanged
+};
+MetaSession append_meta_session(const std::string& text, const std::string& path, const std::string& now, int threads,
+                                int world_size = 1);
+
 // `attnlab run --dry-run`: resolves and validates the config as run_experiment does, writes it
 // to `out` as TOML (usable as a --config file) and tells `console` what a run would do with
 // request.run_dir (fresh, resume, nothing to do, set aside with --force, or refuse). Creates and

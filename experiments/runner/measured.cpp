@@ -30,8 +30,8 @@ MeasuredTable read_measured_table(const std::string& path) {
     for (size_t c = 1; c < fields.size(); ++c) {
       if (fields[c].empty()) {
         numbers.push_back(std::numeric_limits<double>::quiet_NaN());
-      } else if (is_number(fields[c])) {
-        numbers.push_back(std::stod(fields[c]));
+      } else if (const std::optional<double> v = number_field(fields[c])) {
+        numbers.push_back(*v);
       } else {
         fail<ValueError>("{}:{}: column '{}' must be a number or empty, got '{}'", path, line, header[c], fields[c]);
       }

@@ -7,6 +7,7 @@
 #include "experiments/runner/report_parts.hpp"
 #include "experiments/runner/store.hpp"
 #include "tensor/io.hpp"
+#include "tensor/option_string.hpp"
 
 namespace attnlab::runner::report_detail {
 namespace fs = std::filesystem;
@@ -29,8 +30,10 @@ void gather(const fs::path& dir, Store& store, std::ostream& out) {
   if (fs::is_directory(dir / "runs"))
     for (const auto& e : fs::directory_iterator(dir / "runs")) {
       const std::string name = e.path().filename().string();
-      if (name.empty() || !std::all_of(name.begin(), name.end(), ::isdigit)) continue;
-      const int64_t id = std::stoll(name);
+      // Run directories are named by their number (run_dir_name); anything else is not one.
+      const std::optional<int64_t> parsed = parse_integer(name);
+      if (!parsed || *parsed < 0 || !std::all_of(name.begin(), name.end(), ::isdigit)) continue;
+      const int64_t id = *parsed;
       if (fs::exists(e.path() / "summary.json") && !std::binary_search(stored.begin(), stored.end(), id))
         missing.push_back(read_run_dir(id, e.path()));
     }
@@ -78,10 +81,11 @@ std::string sweep_intro(const SweepSpec& spec, size_t planned, size_t complete, 
   return md;
 }
 
-// The experiment a run directory's summary names, "" when it names none.
+// The experiment a run directory's summary names, "" when it names none (or not as a string).
 std::string experiment_of(const fs::path& dir) {
   const json s = json::parse(read_text((dir / "summary.json").string()), nullptr, false);
-  return s.is_object() ? s.value("experiment", "") : "";
+  return s.is_object() && s.contains("experiment") && s["experiment"].is_string() ? s["experiment"].get<std::string>()
+                                                                                  : "";
 }
 
 // The config keys (and "experiment") whose values are not the same in every run, seed aside.

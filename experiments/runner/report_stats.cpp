@@ -68,7 +68,7 @@ void check_planned(const ReportInput& in, const ReportSpec::Selector& sel, const
   for (const Point& p : expand_sweep(*in.sweep)) {
     bool all = true;
     for (const auto& [k, v] : sel) {
-      auto it = std::find_if(p.begin(), p.end(), [&](const auto& kv) { return kv.first == k; });
+      auto it = std::find_if(p.begin(), p.end(), [&, &k = k](const auto& kv) { return kv.first == k; });
       all = all && it != p.end() && same_value(json::parse(point_to_json({*it}))[k], v);
     }
     if (all) return;

@@ -278,6 +278,12 @@ SweepSpec parse_sweep(const std::string& text, const std::string& path) {
     if (a.values.size() != s.zip.front().values.size())
       fail<SweepError>("{}:{}: [zip] lists must have equal lengths: '{}' has {} values, '{}' has {}", path, a.line,
                        a.key, a.values.size(), s.zip.front().key, s.zip.front().values.size());
+  size_t runs = s.seeds.size() * (s.zip.empty() ? 1 : s.zip.front().values.size());
+  for (const auto& a : s.grid) runs = runs > kMaxSweepRuns ? runs : runs * a.values.size();
+  if (runs > kMaxSweepRuns)
+    fail<SweepError>("{}: the sweep names more than {} runs (seeds x [zip] length x every [grid] list's length); "
+                     "split it into several sweep files",
+                     path, kMaxSweepRuns);
   if (s.report.x.size()) {
     const auto keys = axis_keys(s);
     if (std::find(keys.begin(), keys.end(), s.report.x) == keys.end())

@@ -122,8 +122,12 @@ struct SweepSpec {
   ReportSpec report;
 };
 
+// The most runs a sweep file may name (seeds x zip length x every grid list's length): a few
+// lines of lists can name more runs than memory holds.
+inline constexpr size_t kMaxSweepRuns = 100000;
+
 // Parses a sweep file's text; `path` names it in errors. Checks the file's own structure (not yet
-// the experiment's schema: see validate_sweep).
+// the experiment's schema: see validate_sweep), and the number of runs (kMaxSweepRuns).
 SweepSpec parse_sweep(const std::string& text, const std::string& path);
 SweepSpec load_sweep(const std::string& path);  // FileError when unreadable
 

@@ -1,28 +1,24 @@
 // The last-level cache size, for map.hpp's choice of streaming stores.
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
+#include <limits>
 #include <string>
 
 #include "tensor/kernels/map.hpp"
+#include "tensor/option_string.hpp"
 
 namespace attnlab::kernels {
 
 int64_t parse_cache_size(const std::string& text) {
-  size_t used = 0;
-  long long value = 0;
-  try {
-    value = std::stoll(text, &used);
-  } catch (const std::exception&) {
-    return -1;
-  }
-  if (value <= 0) return -1;
+  const size_t used = std::min(text.find_first_not_of("0123456789"), text.size());
+  const std::optional<int64_t> value = parse_integer(std::string_view(text).substr(0, used));
+  if (!value || *value <= 0) return -1;
   const std::string unit = text.substr(used, text.find_first_of(" \n", used) - used);
-  if (unit.empty()) return value;
-  if (unit == "K") return value << 10;
-  if (unit == "M") return value << 20;
-  if (unit == "G") return value << 30;
-  return -1;
+  const int shift = unit.empty() ? 0 : unit == "K" ? 10 : unit == "M" ? 20 : unit == "G" ? 30 : -1;
+  if (shift < 0 || *value > (std::numeric_limits<int64_t>::max() >> shift)) return -1;
+  return *value << shift;
 }
 
 namespace {

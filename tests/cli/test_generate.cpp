@@ -1,5 +1,6 @@
 // `attnlab generate` on a checkpoint written by nn::save_causal_lm, and the checkpoint itself.
 #include <filesystem>
+#include <limits>
 #include <sstream>
 
 #include "experiments/cli/commands.hpp"
@@ -144,4 +145,37 @@ TEST_CASE("attnlab generate: errors name what is wrong") {
   Run bad_hex = generate({"--checkpoint", dir + "/badhex.safetensors"});
   CHECK(bad_hex.status == 1);
   CHECK(bad_hex.err.find("tokenizer.bytes must be hex pairs, got 'zz' at offset 4") != std::string::npos);
+}
+
+TEST_CASE("attnlab generate: a non-finite weight or norm_eps in the checkpoint is an error naming it") {
+  const std::string dir = temp_dir();
+  Metadata meta;
+  TensorMap weights = load_safetensors(checkpoint(dir), &meta);
+  TensorMap bad = weights;
+  Tensor w = full(weights.at("lm_head.weight").shape(), 0.5);
+  w.data<float>()[5] = std::numeric_limits<float>::quiet_NaN();
+  w.data<float>()[7] = std::numeric_limits<float>::infinity();
+  bad["lm_head.weight"] = w;
+  save_safetensors(dir + "/nan.safetensors", bad, meta);
+  CHECK_THROWS_WITH_AS(nn::load_causal_lm(dir + "/nan.safetensors"),
+                       doctest::Contains("nan.safetensors: tensor 'lm_head.weight' holds 2 non-finite value(s) (the "
+                                         "first, nan, at flat index 5)"),
+                       FileError);
+  Run nan = generate({"--checkpoint", dir + "/nan.safetensors"});
+  CHECK(nan.status == 1);
+  CHECK(nan.err.find("'lm_head.weight'") != std::string::npos);
+
+  for (const char* eps : {"1e-5x", "nan", "inf", ""}) {
+    CAPTURE(eps);
+    Metadata m = meta;
+    m["lm.norm_eps"] = eps;
+    save_safetensors(dir + "/eps.safetensors", weights, m);
+    const std::string want = fmt::format("metadata lm.norm_eps must be a finite number, got '{}'", eps);
+    CHECK_THROWS_WITH_AS(nn::load_causal_lm(dir + "/eps.safetensors"), doctest::Contains(want.c_str()), FileError);
+  }
+  Metadata m = meta;
+  m["lm.layers"] = "99999999999999999999";
+  save_safetensors(dir + "/layers.safetensors", weights, m);
+  CHECK_THROWS_WITH_AS(nn::load_causal_lm(dir + "/layers.safetensors"),
+                       doctest::Contains("metadata lm.layers must be an integer, got '99999999999999999999'"), FileError);
 }

@@ -2,6 +2,7 @@
 // checkpoint.safetensors, the tokenizer from the run's task, and a checkpoint that does not fit
 // the run's config.toml refused with the tensor named.
 #include <filesystem>
+#include <limits>
 #include <fstream>
 #include <sstream>
 
@@ -74,6 +75,22 @@ TEST_CASE("generate: a run whose config.toml does not fit its checkpoint is refu
   CommandRun deep = generate({"--checkpoint", dir.string(), "--tokens", "5"});
   CHECK(deep.status == 1);
   CHECK(deep.err.find("holds 1 blocks, but the run's config.toml gives model.layers = 2") != std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("generate: a run whose checkpoint holds a non-finite weight is refused, naming the tensor") {
+  const fs::path dir = tiny_lm_run("nan");
+  const std::string file = (dir / "checkpoint.safetensors").string();
+  Metadata meta;
+  TensorMap state = load_safetensors(file, &meta);
+  Tensor w = state.at("model.tok_emb.weight");
+  REQUIRE(w.dtype() == kFloat32);
+  w.data<float>()[3] = -std::numeric_limits<float>::infinity();
+  save_safetensors(file, state, meta);
+  CommandRun bad = generate({"--checkpoint", dir.string(), "--tokens", "5"});
+  CHECK(bad.status == 1);
+  CHECK(bad.err.find("tensor 'model.tok_emb.weight' holds 1 non-finite value(s) (the first, -inf, at flat index 3)") !=
+        std::string::npos);
   fs::remove_all(dir);
 }
 

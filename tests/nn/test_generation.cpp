@@ -1,5 +1,7 @@
 // Incremental decoding (Attention::forward_step, CausalLM::forward_step) and sampling
 // (nn::generate, nn::sample_next).
+#include <limits>
+
 #include "helpers.hpp"
 #include "nn_testing.hpp"
 #include "nn/attention/registry.hpp"
@@ -151,4 +153,30 @@ TEST_CASE("generate rejects a prompt that does not fit") {
   nn::GenerateOptions o{.max_new_tokens = 5};
   CHECK(error_of([&] { nn::generate(lm, prompt, o); }).find("exceeds the model's max_len 24") != std::string::npos);
   CHECK(error_of([&] { nn::generate(lm, zeros({1, 0}, kInt64), o); }).find("P >= 1") != std::string::npos);
+}
+
+TEST_CASE("sample_next and generate: a NaN or infinite logit is an error naming the row, the token and the step") {
+  Generator gen(0);
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  for (double temperature : {0.0, 1.0}) {
+    CAPTURE(temperature);
+    CHECK(error_of([&] { nn::sample_next(t64({0, 1, 2, 3, nan, 5}, {2, 3}), temperature, 0, gen); })
+              .find("sample_next: the logit of token 1 in row 1 is nan") != std::string::npos);
+    CHECK(error_of([&] { nn::sample_next(t64({inf, 1}, {1, 2}), temperature, 0, gen); })
+              .find("the logit of token 0 in row 0 is inf") != std::string::npos);
+  }
+  // Finite weights, but an output head so large that float32 logits overflow.
+  manual_seed(0);
+  nn::CausalLM lm(small_lm("mha(heads=2)"));
+  TensorMap w = lm.state_dict();
+  w["lm_head.weight"] = full(w.at("lm_head.weight").shape(), 3e38);
+  lm.load_state_dict(w);
+  Tensor prompt = zeros({1, 2}, kInt64);
+  for (bool use_cache : {true, false}) {
+    CAPTURE(use_cache);
+    nn::GenerateOptions o{.max_new_tokens = 3, .use_cache = use_cache};
+    const std::string err = error_of([&] { nn::generate(lm, prompt, o); });
+    CHECK(err.find("generate: step 1 of 3 (position 2): the logit of token") != std::string::npos);
+    CHECK(err.find("the model's output is not finite") != std::string::npos);
+  }
 }

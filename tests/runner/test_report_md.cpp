@@ -294,3 +294,19 @@ TEST_CASE("report of run directories: differing keys are the configurations, see
                        doctest::Contains(((root / "empty").string() + ": not a complete run directory").c_str()), FileError);
   fs::remove_all(root);
 }
+
+TEST_CASE("report: a stray runs/ entry whose number overflows int64 is not a run; a summary's experiment that is not a string is none") {
+  const fs::path dir = fresh_dir("report_stray");
+  write_text_atomic((dir / "sweep.toml").string(), "experiment = \"x\"\n[grid]\n\"model.heads\" = [2]\n");
+  fake_run(dir, 0, "mha", 2, 0, 0.5);
+  fs::create_directories(dir / "runs/99999999999999999999");
+  fs::copy(dir / "runs/0000/summary.json", dir / "runs/99999999999999999999/summary.json");
+  std::ostringstream log;
+  CHECK(read(write_report(dir, log)).find("1 runs planned, 1 complete") != std::string::npos);
+
+  const fs::path a = adhoc_run(dir, "a", "mha", 0, 0.5, 10), b = adhoc_run(dir, "b", "local(window=4)", 0, 0.4, 10);
+  write_text_atomic((b / "summary.json").string(), R"({"experiment": 7, "status": "complete", "metrics": {"val_acc": 0.4}})");
+  const std::string md = read(write_comparison({a, b}, dir / "report", "val_acc", log));
+  CHECK(md.find("experiment") != std::string::npos);  // "classify" against "": a differing key
+  fs::remove_all(dir);
+}

@@ -464,6 +464,9 @@ TEST_CASE("the last-level cache size: sysfs sizes parse, and the machine's is pl
   CHECK(kernels::parse_cache_size("") == -1);
   CHECK(kernels::parse_cache_size("big") == -1);
   CHECK(kernels::parse_cache_size("12X") == -1);
+  CHECK(kernels::parse_cache_size("99999999999999999999K") == -1);  // past int64: not a size
+  CHECK(kernels::parse_cache_size("9000000000000G") == -1);         // fits, but not once in bytes
+  CHECK(kernels::parse_cache_size("-4K") == -1);
   // Whatever the machine, an L2 or L3 between 256 KiB and 1 GiB (this VM: 32 MiB).
   CHECK(kernels::last_level_cache_bytes() >= (256LL << 10));
   CHECK(kernels::last_level_cache_bytes() <= (1LL << 30));
