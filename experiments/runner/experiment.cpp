@@ -288,8 +288,8 @@ RunContext::RunContext(Config config, fs::path dir, Options options)
     checkpoint_.emplace(c.step, std::move(c.tensors));
     last_step_ = keep_up_to = c.step;  // proven: metadata and state tensors agree
   }
-  // Lines past the checkpoint (or every line, for a run that never saved one) belong to a
-  // session that will be replayed: drop them so no step is recorded twice.
+  // Lines past the checkpoint (or every line, for a run that never saved one) belong to steps
+  // that will be replayed: drop them so no step is recorded twice.
   const fs::path metrics_path = dir_ / "metrics.jsonl";
   if (fs::exists(metrics_path)) {
     std::istringstream in(read_text(metrics_path));
@@ -441,14 +441,14 @@ MetaSession append_meta_session(const std::string& text, const std::string& path
   for (const char* key : {"resumed_at", "segments"})
     if (j.contains(key) && !j[key].is_array())
       fail<FileError>("{}: \"{}\" must be a list, got a JSON {}", path, key, j[key].type_name());
-  // Files written before segments were recorded: the first session is `threads`.
+  // Files written before segments were recorded: the first segment is `threads`.
   if (!j.contains("segments") && j.contains("start_time") && j.contains("threads"))
     j["segments"] = json::array({{{"start", j["start_time"]}, {"threads", j["threads"]}}});
   MetaSession out;
   const json& segs = j["segments"];
   if (!segs.empty() && segs.back().is_object() && segs.back().contains("threads") &&
       segs.back()["threads"].is_number_integer() && segs.back()["threads"].get<int64_t>() != threads)
-    out.warning = fmt::format("warning: resuming with {} threads, the previous session had {}; the results will differ "
+    out.warning = fmt::format("warning: resuming with {} threads, the run's previous process had {}; the results will differ "
                               "in the last bits from an uninterrupted run (set ATTNLAB_NUM_THREADS={} to match)",
                               threads, segs.back()["threads"].get<int64_t>(), segs.back()["threads"].get<int64_t>());
   // Sessions before world sizes were recorded ran one process.
@@ -456,7 +456,7 @@ MetaSession append_meta_session(const std::string& text, const std::string& path
   const int64_t last_world =
       last && last->contains("world_size") && (*last)["world_size"].is_number_integer() ? (*last)["world_size"].get<int64_t>() : 1;
   if (last_world != world_size)
-    out.warning += fmt::format("{}warning: resuming with {} ranks, the previous session had {}; the micro-batches change, "
+    out.warning += fmt::format("{}warning: resuming with {} ranks, the run's previous process had {}; the micro-batches change, "
                                "so the results differ in the last bits from an uninterrupted run",
                                out.warning.empty() ? "" : "\nattnlab run: ", world_size, last_world);
   j["resumed_at"].push_back(now);
@@ -469,9 +469,11 @@ MetaSession append_meta_session(const std::string& text, const std::string& path
 
 namespace {
 
-// meta.json: written on the first session; later sessions keep it and append their start time.
-// Writes meta.json, or appends this session to it; returns a warning when the session's thread
-// count differs from the previous one (the resumed run then differs in the last bits).
+// meta.json: written by the run's first process; later processes keep it and append their
+// start time.
+// Writes meta.json, or appends this process's segment to it; returns a warning when its thread
+// count or number of ranks differs from the previous segment's (the run then differs in the
+// last bits).
 std::string write_meta(const fs::path& dir, const RunRequest& r) {
   const fs::path path = dir / "meta.json";
   const std::string now = utc_now_iso();

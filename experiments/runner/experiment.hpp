@@ -22,7 +22,7 @@
 //   config.toml         the resolved config (Config::to_toml); written before the run starts
 //   meta.json           experiment, preset, command line, git commit and dirty flag, hostname,
 //                       CPU model, thread count, MPI world size, attnlab version, start time
-//                       (ISO 8601 UTC), and per session its start, threads and world size
+//                       (ISO 8601 UTC), and per process its start, threads and world size
 //   log.txt             the run's log lines (also on stderr)
 //   metrics.jsonl       one JSON object per line: {"step": 120, "time": 3.5, "train_loss": 2.1}
 //                       ("time" = seconds of training so far, resumed runs included); on resume,
@@ -133,10 +133,10 @@ int run_experiment(const RunRequest& request, std::ostream& console, bool tty);
 // The "error" of dir/failure.json; "" when the file is absent or unreadable.
 std::string failure_message(const std::filesystem::path& run_dir);
 
-// A resumed session recorded in a run's meta.json: `text` is the file's content, `path` names it
+// A resumed process recorded as a segment in a run's meta.json: `text` is the file's content, `path` names it
 // in errors. Appends `now` to "resumed_at" and {start: now, threads} to "segments" (a file without
-// segments gets its first session from "start_time" and "threads"); `warning` is set when the
-// previous session ran with another thread count or number of MPI ranks. FileError naming the path when the text is not
+// segments gets its first segment from "start_time" and "threads"); `warning` is set when the
+// previous process ran with another thread count or number of MPI ranks. FileError naming the path when the text is not
 // a JSON object or "resumed_at" / "segments" is not a list.
 struct MetaSession {
   std::string text;     // the new meta.json
@@ -208,7 +208,7 @@ class RunContext {
 
   // As if a signal had arrived (tests, or an experiment that wants to stop early and resume).
   void request_stop();
-  // Seconds of training so far, resumed sessions included (the "time" of metrics lines).
+  // Seconds of training so far, resumed processes included (the "time" of metrics lines).
   double seconds() const;
   // The largest step seen by metrics, progress or save_checkpoint (or restored), -1 if none.
   int64_t last_step() const { return last_step_; }
@@ -227,8 +227,8 @@ class RunContext {
   mutable std::optional<std::pair<int64_t, TensorMap>> checkpoint_;  // read at construction
   bool stop_requested_ = false;
   int64_t last_step_ = -1;
-  double time_offset_ = 0;      // training seconds of earlier sessions
-  double peak_rss_offset_ = 0;  // peak RSS (MB) of earlier sessions
+  double time_offset_ = 0;      // training seconds of earlier processes
+  double peak_rss_offset_ = 0;  // peak RSS (MB) of earlier processes
   double start_ = 0;            // monotonic seconds when this process began the run
   double last_progress_ = -1e30;
   int64_t progress_first_step_ = -1;

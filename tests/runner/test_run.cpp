@@ -262,7 +262,7 @@ TEST_CASE("run: a checkpoint whose steps are doctored is refused before any metr
   fs::remove_all(dir);
 }
 
-TEST_CASE("run: resuming with another thread count warns, and meta.json records each session's count") {
+TEST_CASE("run: resuming with another thread count warns, and meta.json records each process's count") {
   fs::path dir = fresh_dir("threads");
   const int before = num_threads(), other = before == 1 ? 2 : 1;
   g_stop_at = 5;
@@ -272,7 +272,7 @@ TEST_CASE("run: resuming with another thread count warns, and meta.json records 
   Result r = run(dir);
   set_num_threads(before);
   CHECK(r.status == kExitComplete);
-  CHECK(r.console.find(fmt::format("warning: resuming with {} threads, the previous session had {}", other, before)) !=
+  CHECK(r.console.find(fmt::format("warning: resuming with {} threads, the run's previous process had {}", other, before)) !=
         std::string::npos);
   auto meta = nlohmann::json::parse(read(dir / "meta.json"));
   REQUIRE(meta["segments"].size() == 2);

@@ -60,17 +60,17 @@ TEST_CASE("a sweep file naming more than kMaxSweepRuns runs is refused before an
   CHECK(expand_sweep(parse_sweep(at_limit, "ok.toml")).size() == kMaxSweepRuns);
 }
 
-TEST_CASE("append_meta_session: a resumed session is appended; a meta.json of the wrong shape is a FileError") {
+TEST_CASE("append_meta_session: a resumed process is appended as a segment; a meta.json of the wrong shape is a FileError") {
   const std::string meta = R"({"experiment": "example", "resumed_at": [],
                                "segments": [{"start": "2026-01-01T00:00:00Z", "threads": 4}]})";
   MetaSession s = append_meta_session(meta, "run/meta.json", "2026-01-02T00:00:00Z", 2);
-  CHECK(s.warning.find("resuming with 2 threads, the previous session had 4") != std::string::npos);
+  CHECK(s.warning.find("resuming with 2 threads, the run's previous process had 4") != std::string::npos);
   nlohmann::json j = nlohmann::json::parse(s.text);
   CHECK(j["resumed_at"] == nlohmann::json::array({"2026-01-02T00:00:00Z"}));
   REQUIRE(j["segments"].size() == 2);
   CHECK(j["segments"][1]["threads"] == 2);
   CHECK(append_meta_session(s.text, "run/meta.json", "2026-01-03T00:00:00Z", 2).warning.empty());
-  // A file without segments: its first session from start_time and threads.
+  // A file without segments: its first segment from start_time and threads.
   j = nlohmann::json::parse(
       append_meta_session(R"({"start_time": "t0", "threads": 1})", "m.json", "t1", 1).text);
   CHECK(j["segments"] == nlohmann::json::parse(R"([{"start": "t0", "threads": 1}, {"start": "t1", "threads": 1}])"));
