@@ -129,10 +129,12 @@ void add_sweep_commands(CLI::App& app, int& status) {
   auto c = std::make_shared<ClaimsArgs>();
   CLI::App* claims = app.add_subcommand(
       "claims",
-      "Check that docs/results/claims.md and the README's claims block are the table of docs/results/claims.csv "
-      "(exit 1 when not); --write rewrites them.");
+      "Derive the claims table from the studies' committed data (docs/results/*/claims.toml, their sweeps and "
+      "results): each verdict by the rule of docs/experiments.md, each registration checked against git. Checks that "
+      "docs/results/claims.csv, claims.md and the README's block are that table (exit 1 when not); --write writes "
+      "them.");
   claims->add_option("--root", c->root, "the repository root (default: .)")->check(CLI::ExistingDirectory);
-  claims->add_flag("--write", c->write, "write claims.md and the README block instead of checking them");
+  claims->add_flag("--write", c->write, "write claims.csv, claims.md and the README block instead of checking them");
   claims->callback([c, &status] { status = runner::sync_claims(c->root, !c->write, std::cout) ? 0 : 1; });
 }
 

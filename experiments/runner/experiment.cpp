@@ -133,19 +133,6 @@ std::string utc_now_iso() {
   return buf;
 }
 
-// stdout of a shell command, trailing newline removed; nullopt when it fails.
-std::optional<std::string> command_output(const std::string& cmd) {
-  FILE* f = popen(cmd.c_str(), "r");
-  if (!f) return std::nullopt;
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
-  if (pclose(f) != 0) return std::nullopt;
-  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
-  return out;
-}
-
 std::string cpu_model() {
   std::ifstream in("/proc/cpuinfo");
   std::string line;
@@ -187,6 +174,18 @@ std::string format_duration(double s) {
 }
 
 }  // namespace
+
+std::optional<std::string> command_output(const std::string& cmd) {
+  FILE* f = popen(cmd.c_str(), "r");
+  if (!f) return std::nullopt;
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+  if (pclose(f) != 0) return std::nullopt;
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+  return out;
+}
 
 double peak_rss_mb() {
   std::ifstream in("/proc/self/status");

@@ -239,5 +239,8 @@ class RunContext {
 
 // Peak resident set size of this process in MB (VmHWM of /proc/self/status; 0 if unknown).
 double peak_rss_mb();
+// The standard output of a shell command, trailing newlines removed; nullopt when it cannot be
+// started or exits non-zero.
+std::optional<std::string> command_output(const std::string& cmd);
 
 }  // namespace attnlab::runner

@@ -40,17 +40,6 @@ std::string failed_section(const ReportInput& in) {
   return md + "\n";
 }
 
-// `in` with its headline metric named and, without [report] sort, its direction chosen by the
-// metric's name (lower_is_better).
-ReportInput with_headline(ReportInput in) {
-  std::set<std::string> names;
-  for (const auto& run : in.runs)
-    for (const auto& [name, value] : run.metrics) names.insert(name);
-  in.spec.metric = headline_metric(in.spec, names);
-  if (!in.spec.sort_given) in.spec.ascending = lower_is_better(in.spec.metric);
-  return in;
-}
-
 // Writes DIR/report.md (and the plots and expectations it links) for `in`.
 fs::path write_markdown(const ReportInput& given, const fs::path& dir, const std::string& where, std::ostream& out) {
   const ReportInput in = with_headline(given);

@@ -42,9 +42,16 @@ struct ReportInput {
   std::vector<std::pair<std::string, std::string>> failed;  // (run name, point) of the others
   ReportSpec spec;                      // metric, sort order, curves, x, bubble, comparisons
   std::optional<SweepSpec> sweep;       // the sweep, when the runs come from one
+  std::map<int64_t, std::string> start_times;  // run id -> start (ISO 8601 UTC), where results.csv has them
 };
 
 // ---- reading (report_read.cpp)
+// The committed data of a study: the copy of its sweep file and the results.csv `attnlab report`
+// exported (docs/results/STUDY/), with report.measured files read relative to `root`. Axis
+// values are typed by the sweep's own axis lists; every other numeric column is a metric.
+// FileError or ValueError naming the file, line and column of what does not fit the sweep.
+ReportInput read_results_csv(const std::filesystem::path& sweep_copy, const std::filesystem::path& results_csv,
+                             const std::filesystem::path& root);
 // A sweep directory: merges shard stores and complete run directories into results.sqlite and
 // exports results.csv first (report.hpp). FileError when `dir` holds no sweep.toml.
 ReportInput read_sweep(const std::filesystem::path& dir, std::ostream& out);
@@ -82,6 +89,30 @@ std::string number_text(double x);
 // A table cell over a group's seeds: "-" (none), "33280" (counts that agree, or one run),
 // "0.6 ± 0.25" (mean ± half-width of the 95% interval).
 std::string cell(const std::vector<double>& xs);
+// `in` with its headline metric named and, without [report] sort, its direction chosen by the
+// metric's name (lower_is_better).
+ReportInput with_headline(ReportInput in);
+
+// A configuration is "dense at this N" when its runs' mean `density` metric (allowed query-key
+// pairs / N·M, recorded by experiments whose variant restricts the pairs) is at least this: a
+// sparse pattern that covers every pair is the dense attention it approximates.
+inline constexpr double kDenseAtN = 0.95;
+bool dense_at_n(const Group& g);
+
+// One [[report.expect]] judged on the complete runs (docs/sweeps.md, "Intervals and verdicts").
+struct JudgedExpectation {
+  std::string metric;    // "val_bpc", or "metric - minus"
+  std::string relation;  // "`a` better `b`", "`a` below 2.6", with the margin for equal
+  std::string observed;  // "+0.017 [-0.003, +0.037]", or "2.52 [2.5, 2.54]" for one configuration
+  Interval interval;
+  Verdict verdict;
+  bool pending = false;            // a configuration the sweep plans has no complete run yet
+  std::vector<std::string> dense;  // the compared configurations that are dense at this N
+};
+// ValueError naming the expectation when a selector names no planned configuration, or several.
+JudgedExpectation judge_expectation(const ReportInput& in, const std::vector<Group>& groups,
+                                    const ReportSpec::Expectation& e, const std::string& headline);
+
 // The report.md sections of report.baseline's paired differences and of [[report.expect]];
 // writes the verdicts to DIR/expectations.csv.
 std::string comparisons(const ReportInput& in, const std::vector<Group>& groups, const std::vector<size_t>& order,

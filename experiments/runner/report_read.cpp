@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 
+#include "experiments/runner/csv.hpp"
 #include "experiments/runner/measured.hpp"
 #include "experiments/runner/report_parts.hpp"
 #include "experiments/runner/store.hpp"
@@ -104,7 +105,60 @@ std::vector<std::string> differing_keys(const std::vector<json>& configs) {
   return out;
 }
 
+// A point value as results.csv writes it (Store::export_csv): strings bare, others as JSON.
+std::string csv_text(const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
+
 }  // namespace
+
+ReportInput read_results_csv(const fs::path& sweep_copy, const fs::path& results_csv, const fs::path& root) {
+  ReportInput in;
+  in.sweep = parse_sweep(read_text(sweep_copy.string()), sweep_copy.string());
+  in.spec = in.sweep->report;
+  const std::vector<std::string> axes = axis_keys(*in.sweep);
+  in.group_keys.assign(axes.begin(), axes.end() - 1);
+  const std::vector<Point> points = expand_sweep(*in.sweep);
+  const std::string path = results_csv.string();
+  const auto records = csv_records(read_text(path), path);
+  if (records.empty()) fail<ValueError>("{}: empty (expected the header id,status,{})", path, fmt::join(axes, ","));
+  const std::vector<std::string>& header = records[0].second;
+  if (header.size() < 2 + axes.size() || header[0] != "id" || header[1] != "status" ||
+      !std::equal(axes.begin(), axes.end(), header.begin() + 2))
+    fail<ValueError>("{}:1: header '{}' does not start with id,status,{} (the axes of {})", path, fmt::join(header, ","),
+                     fmt::join(axes, ","), sweep_copy.string());
+  for (size_t r = 1; r < records.size(); ++r) {
+    const auto& [line, f] = records[r];
+    if (f.size() != header.size())
+      fail<ValueError>("{}:{}: {} fields, expected {} (the header's)", path, line, f.size(), header.size());
+    const std::optional<int64_t> id = parse_integer(f[0]);
+    if (!id || *id < 0 || size_t(*id) >= points.size())
+      fail<ValueError>("{}:{}: id '{}' is not a run of {} (0 ... {})", path, line, f[0], sweep_copy.string(),
+                       points.size() - 1);
+    // The run's point, typed as the sweep file types it; the CSV's axis cells must agree with it.
+    const ordered_json point = ordered_json::parse(point_to_json(points[*id]));
+    for (size_t a = 0; a < axes.size(); ++a)
+      if (csv_text(point[axes[a]]) != f[2 + a])
+        fail<ValueError>("{}:{}: {} = '{}', but run {} of {} has {}", path, line, axes[a], f[2 + a], *id,
+                         sweep_copy.string(), csv_text(point[axes[a]]));
+    if (f[1] != "complete") {
+      in.failed.emplace_back(run_dir_name(*id), point.dump());
+      continue;
+    }
+    ReportRun run{*id, run_dir_name(*id), point, json::object(), {}, {}};
+    for (size_t c = 2 + axes.size(); c < header.size(); ++c)
+      if (header[c] == "start_time") {
+        if (!f[c].empty()) in.start_times[*id] = f[c];
+      } else if (const std::optional<double> x = number_field(f[c])) {
+        run.metrics[header[c]] = *x;
+      }
+    in.runs.push_back(std::move(run));
+  }
+  if (in.spec.has_measured) {
+    in.spec.measured.file = (root / in.spec.measured.file).string();
+    join_measured(in.spec.measured, in.runs);
+  }
+  in.heading = fmt::format("Study `{}`", results_csv.parent_path().filename().string());
+  return in;
+}
 
 ReportInput read_sweep(const fs::path& dir, std::ostream& out) {
   const fs::path sweep_copy = dir / "sweep.toml";
@@ -117,7 +171,7 @@ ReportInput read_sweep(const fs::path& dir, std::ostream& out) {
 
   Store store(dir / "results.sqlite");
   gather(dir, store, out);
-  store.export_csv(dir / "results.csv", axes);
+  store.export_csv(dir / "results.csv", axes, [&](int64_t id) { return run_start_time(dir / run_dir_name(id)); });
   for (const Store::Row& row : store.runs()) {
     if (row.status != "complete") {
       in.failed.emplace_back(run_dir_name(row.id), row.point_json);

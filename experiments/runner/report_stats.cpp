@@ -95,6 +95,15 @@ std::string interval_text(const Interval& in) {
 
 }  // namespace
 
+ReportInput with_headline(ReportInput in) {
+  std::set<std::string> names;
+  for (const auto& run : in.runs)
+    for (const auto& [name, value] : run.metrics) names.insert(name);
+  in.spec.metric = headline_metric(in.spec, names);
+  if (!in.spec.sort_given) in.spec.ascending = lower_is_better(in.spec.metric);
+  return in;
+}
+
 std::string text_of(const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
 
 double lookup(const ReportRun& r, const std::string& name) {
@@ -192,6 +201,53 @@ std::string cell(const std::vector<double>& all) {
   return fmt::format("{} ± {}", number_text(s.mean), h >= 10 ? fmt::format("{:.0f}", h) : fmt::format("{:.2g}", h));
 }
 
+bool dense_at_n(const Group& g) {
+  const std::vector<double> d = values(g, "density");
+  const Interval in = mean_interval(d);
+  return in.n > 0 && in.mean >= kDenseAtN;
+}
+
+JudgedExpectation judge_expectation(const ReportInput& in, const std::vector<Group>& groups,
+                                    const ReportSpec::Expectation& e, const std::string& headline) {
+  JudgedExpectation j;
+  j.metric = (e.metric.empty() ? headline : e.metric) + (e.minus.empty() ? "" : " - " + e.minus);
+  const std::string& base_metric = e.metric.empty() ? headline : e.metric;
+  const std::string what = fmt::format("report.expect '{}'", e.name);
+  // A configuration the sweep plans but has not completed yet gives an open verdict, so that a
+  // report of an unfinished sweep still judges the rest; a selector naming nothing planned is a
+  // typo and an error.
+  if (!has_complete(groups, e.a) || (!e.b.empty() && !has_complete(groups, e.b))) {
+    check_planned(in, e.a, what + " a");
+    if (!e.b.empty()) check_planned(in, e.b, what + " b");
+    j.pending = true;
+    j.interval = {std::nan(""), std::nan(""), std::nan(""), std::nan(""), 0};
+    j.verdict = {"inconclusive", "no complete runs yet"};
+    j.relation = relation_name(e.relation);
+    return j;
+  }
+  const Group& a = select(groups, e.a, what + " a");
+  if (dense_at_n(a)) j.dense.push_back(a.label);
+  std::string relation = relation_name(e.relation);
+  if (e.b.empty()) {
+    std::vector<double> xs;
+    for (const ReportRun* r : a.runs) xs.push_back(judged(*r, base_metric, e.minus));
+    j.interval = mean_interval(xs);
+    j.relation = fmt::format("`{}` {} {:.4g}", a.label, relation, e.value);
+  } else {
+    const Group& b = select(groups, e.b, what + " b");
+    if (dense_at_n(b)) j.dense.push_back(b.label);
+    const auto [xs, ys] = paired_values(a, b, base_metric, e.minus);
+    j.interval = paired_interval(xs, ys);
+    j.relation = fmt::format("`{}` {} `{}`", a.label, relation, b.label);
+    if (e.relation == Relation::Equal) j.relation += fmt::format(" (±{:.4g})", e.margin);
+  }
+  j.verdict = judge(e.relation, j.interval, in.spec.ascending, e.margin, e.value);
+  const Interval& iv = j.interval;
+  j.observed = e.b.empty() && iv.n >= 2 ? fmt::format("{:.4g} [{:.4g}, {:.4g}]", iv.mean, iv.low, iv.high)
+                                        : interval_text(iv);
+  return j;
+}
+
 // The paired differences against report.baseline and the verdict of each [[report.expect]], as
 // report.md sections; the verdicts also go to expectations.csv.
 std::string comparisons(const ReportInput& in, const std::vector<Group>& groups, const std::vector<size_t>& order,
@@ -210,7 +266,8 @@ std::string comparisons(const ReportInput& in, const std::vector<Group>& groups,
       if (&g == &base) continue;
       const auto [xs, ys] = paired_values(g, base, headline);
       const Interval d = paired_interval(xs, ys);
-      md += fmt::format("| `{}` | {} | {} |\n", g.label, d.n, interval_text(d));
+      md += fmt::format("| `{}`{} | {} | {} |\n", g.label, dense_at_n(g) ? " (dense at this N)" : "", d.n,
+                        interval_text(d));
     }
     md += "\n";
   }
@@ -226,44 +283,20 @@ std::string comparisons(const ReportInput& in, const std::vector<Group>& groups,
     return q + "\"";
   };
   for (const auto& e : report.expect) {
-    const std::string metric = (e.metric.empty() ? headline : e.metric) + (e.minus.empty() ? "" : " - " + e.minus);
-    const std::string& base_metric = e.metric.empty() ? headline : e.metric;
-    const std::string what = fmt::format("report.expect '{}'", e.name);
-    // A configuration the sweep plans but has not completed yet gives an open verdict, so that a
-    // report of an unfinished sweep still judges the rest; a selector naming nothing planned is a
-    // typo and an error.
-    if (!has_complete(groups, e.a) || (!e.b.empty() && !has_complete(groups, e.b))) {
-      check_planned(in, e.a, what + " a");
-      if (!e.b.empty()) check_planned(in, e.b, what + " b");
-      md += fmt::format("| {} | `{}` | {} | - | 0 | **inconclusive** (no complete runs yet) |\n", e.name, metric,
+    const JudgedExpectation j = judge_expectation(in, groups, e, headline);
+    const std::string dense = j.dense.empty() ? "" : fmt::format("; dense at this N: `{}`", fmt::join(j.dense, "`, `"));
+    if (j.pending) {
+      md += fmt::format("| {} | `{}` | {} | - | 0 | **inconclusive** (no complete runs yet) |\n", e.name, j.metric,
                         relation_name(e.relation));
-      csv += fmt::format("{},{},{},{},{},nan,nan,nan,0,inconclusive\n", quoted(e.name), quoted(metric),
+      csv += fmt::format("{},{},{},{},{},nan,nan,nan,0,inconclusive\n", quoted(e.name), quoted(j.metric),
                          relation_name(e.relation), quoted(selector_text(e.a)), quoted(selector_text(e.b)));
       continue;
     }
-    const Group& a = select(groups, e.a, what + " a");
-    Interval in;
-    std::string relation = relation_name(e.relation);
-    if (e.b.empty()) {
-      std::vector<double> xs;
-      for (const ReportRun* r : a.runs) xs.push_back(judged(*r, base_metric, e.minus));
-      in = mean_interval(xs);
-      relation += fmt::format(" {:.4g}", e.value);
-    } else {
-      const Group& b = select(groups, e.b, what + " b");
-      const auto [xs, ys] = paired_values(a, b, base_metric, e.minus);
-      in = paired_interval(xs, ys);
-      relation = fmt::format("`{}` {} `{}`", a.label, relation, b.label);
-      if (e.relation == Relation::Equal) relation += fmt::format(" (±{:.4g})", e.margin);
-    }
-    const Verdict v = judge(e.relation, in, report.ascending, e.margin, e.value);
-    const std::string observed = e.b.empty() && in.n >= 2
-                                     ? fmt::format("{:.4g} [{:.4g}, {:.4g}]", in.mean, in.low, in.high)
-                                     : interval_text(in);
-    md += fmt::format("| {} | `{}` | {} | {} | {} | **{}** ({}) |\n", e.name, metric,
-                      e.b.empty() ? fmt::format("`{}` {}", a.label, relation) : relation, observed, in.n, v.word, v.why);
-    csv += fmt::format("{},{},{},{},{},{},{},{},{},{}\n", quoted(e.name), quoted(metric), relation_name(e.relation),
-                       quoted(selector_text(e.a)), quoted(selector_text(e.b)), in.mean, in.low, in.high, in.n, v.word);
+    md += fmt::format("| {} | `{}` | {} | {} | {} | **{}** ({}{}) |\n", e.name, j.metric, j.relation, j.observed,
+                      j.interval.n, j.verdict.word, j.verdict.why, dense);
+    csv += fmt::format("{},{},{},{},{},{},{},{},{},{}\n", quoted(e.name), quoted(j.metric), relation_name(e.relation),
+                       quoted(selector_text(e.a)), quoted(selector_text(e.b)), j.interval.mean, j.interval.low,
+                       j.interval.high, j.interval.n, j.verdict.word);
   }
   write_text_atomic((dir / "expectations.csv").string(), csv);
   return md + "\n";

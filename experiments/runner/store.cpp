@@ -122,6 +122,15 @@ std::string csv_field(const std::string& s) {
 
 }  // namespace
 
+std::string run_start_time(const fs::path& dir) {
+  const fs::path p = dir / "meta.json";
+  if (!fs::is_regular_file(p)) return "";
+  const json meta = json::parse(read_text(p.string()), nullptr, false);
+  return meta.is_object() && meta.contains("start_time") && meta["start_time"].is_string()
+             ? meta["start_time"].get<std::string>()
+             : "";
+}
+
 RunRecord read_run_dir(int64_t id, const fs::path& dir) {
   RunRecord r;
   r.id = id;
@@ -289,7 +298,8 @@ std::map<std::string, std::vector<std::pair<int64_t, double>>> Store::curves(int
   return out;
 }
 
-void Store::export_csv(const fs::path& path, const std::vector<std::string>& axis_keys) const {
+void Store::export_csv(const fs::path& path, const std::vector<std::string>& axis_keys,
+                       const std::function<std::string(int64_t)>& start_time) const {
   const auto rows = runs();
   std::set<std::string> names;
   for (const Row& r : rows)
@@ -297,6 +307,7 @@ void Store::export_csv(const fs::path& path, const std::vector<std::string>& axi
   std::string csv = "id,status";
   for (const auto& k : axis_keys) csv += fmt::format(",{}", csv_field(k));
   for (const auto& n : names) csv += fmt::format(",{}", csv_field(n));
+  if (start_time) csv += ",start_time";
   csv += "\n";
   for (const Row& r : rows) {
     csv += fmt::format("{},{}", r.id, r.status);
@@ -309,6 +320,7 @@ void Store::export_csv(const fs::path& path, const std::vector<std::string>& axi
       csv += ",";
       if (auto it = r.metrics.find(n); it != r.metrics.end()) csv += fmt::format("{}", it->second);
     }
+    if (start_time) csv += "," + csv_field(start_time(r.id));
     csv += "\n";
   }
   write_text_atomic(path.string(), csv);

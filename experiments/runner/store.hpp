@@ -13,6 +13,7 @@
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -43,6 +44,9 @@ struct RunRecord {
 // the run belongs to a sweep, else the point is {}); FileError naming the file when one is
 // missing or malformed.
 RunRecord read_run_dir(int64_t id, const std::filesystem::path& dir);
+// The start_time of run directory `dir` (meta.json: its first process's start, ISO 8601 UTC), or
+// "" when it records none.
+std::string run_start_time(const std::filesystem::path& dir);
 
 class Store {
  public:
@@ -72,8 +76,11 @@ class Store {
   // name -> (step, value) pairs by step, for one run.
   std::map<std::string, std::vector<std::pair<int64_t, double>>> curves(int64_t run_id) const;
 
-  // One CSV row per run: id, status, the axis values, then every final metric (sorted by name).
-  void export_csv(const std::filesystem::path& path, const std::vector<std::string>& axis_keys) const;
+  // One CSV row per run: id, status, the axis values, then every final metric (sorted by name);
+  // with `start_time`, last a start_time column, the run's start (run_start_time), which
+  // `attnlab claims` compares with the time the study's expectations were committed.
+  void export_csv(const std::filesystem::path& path, const std::vector<std::string>& axis_keys,
+                  const std::function<std::string(int64_t)>& start_time = {}) const;
 
  private:
   void exec(const std::string& sql) const;

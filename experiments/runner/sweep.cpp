@@ -377,7 +377,7 @@ std::vector<std::string> run_arguments(const SweepSpec& spec, const Point& point
 }
 
 const std::set<std::string>& cost_metrics() {
-  static const std::set<std::string> costs = {"peak_rss_mb", "seconds", "steps_per_s"};
+  static const std::set<std::string> costs = {"density", "peak_rss_mb", "seconds", "steps_per_s"};
   return costs;
 }
 

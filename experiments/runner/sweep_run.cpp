@@ -347,7 +347,8 @@ int run_sweep(const SweepOptions& options, std::ostream& out) {
     out << std::flush;
   }
 
-  if (!sharded) store.export_csv(dir / "results.csv", axis_keys(spec));
+  if (!sharded)
+    store.export_csv(dir / "results.csv", axis_keys(spec), [&](int64_t id) { return run_start_time(dir / run_dir_name(id)); });
   out << fmt::format("sweep {}: {} run(s) completed now, {} failed, {} stopped, {} not started\n", spec.path, done,
                      failed, stopped, queue.size() - next);
   if (failed) return 1;

@@ -201,7 +201,11 @@ TEST_CASE("sweep: shards 0/2 and 1/2 into one directory, merged by report, equal
   CHECK(results(dir / "results.sqlite") == results(ref / "results.sqlite"));
   CHECK(curves(dir / "results.sqlite") == curves(ref / "results.sqlite"));
   CHECK(fs::exists(dir / "report.md"));
-  CHECK(read(dir / "results.csv").size() > 0);
+  // Each run's start, for `attnlab claims` to compare with the commit that registered the
+  // expectations: the last column, an ISO 8601 UTC time from the run's meta.json.
+  const std::string csv = read(dir / "results.csv");
+  CHECK(csv.substr(0, csv.find('\n')).ends_with(",start_time"));
+  CHECK(csv.find("Z\n") != std::string::npos);
 
   // --emit-slurm writes a job array over the same directory and runs nothing.
   REQUIRE(run_attnlab({"sweep", (root / "s.toml").string(), "--out", dir.string(), "--emit-slurm", "--shards", "3"},
