@@ -43,12 +43,16 @@ double fit(const Tensor& target, int64_t dk, int steps) {
 void lesson() {
   say("A head's score matrix is S = Q K^T with Q (N, dk) and K (N, dk), so rank(S) <= dk. With the\n"
       "usual dk = D/h, more heads means smaller dk, and once dk < N there are attention patterns a\n"
-      "head cannot express: a pattern whose logits need rank N (e.g. \"each token attends to itself\",\n"
-      "logits c*I) can only be approximated, with error at least c*sqrt(N - dk) in Frobenius norm\n"
-      "(Eckart-Young: the best rank-dk approximation of c*I drops N - dk singular values c).\n"
+      "head cannot express exactly: logits that need rank N (e.g. c*I) can only be approximated,\n"
+      "with error at least c*sqrt(N - dk) in Frobenius norm (Eckart-Young: the best rank-dk\n"
+      "approximation of c*I drops N - dk singular values c). The bound is on the logits, not on the\n"
+      "weights after softmax: \"each token attends to itself\" (P = I) is reached with dk = 2 by\n"
+      "putting q[n] = k[n] on a circle of radius R, since the scores R^2 cos(angle n - angle m) are\n"
+      "largest on the diagonal and softmax sharpens them as R grows. What a small dk loses is the\n"
+      "freedom to set each logit; some patterns of weights survive by growing the norms.\n"
       "`mha(key_size=...)` decouples dk from D/h, which is the paper's fix.");
   say("Below: the numerical rank of a real head's N x N scores (by SVD), then Q and K fitted\n"
-      "by gradient descent to the identity pattern, with dk = 2 and dk = N.");
+      "by gradient descent to the logits c*I, with dk = 2 and dk = N, then P = I with dk = 2.");
   const int64_t N = 8, D = 16, dk = 2;
   manual_seed(5);
   tutorial::section("the rank of one head's scores");
@@ -75,6 +79,15 @@ void lesson() {
   fmt::print("key size {}: error {:.4f}\n", N, full);
   check(small >= bound * (1 - 1e-6), "with key size 2 the error cannot go below c*sqrt(N - dk)");
   check(full < 0.05 * bound, "with key size N the same fit reaches the pattern (error < 5% of that bound)");
+
+  tutorial::section("the weights 'attend to yourself' (P = I) with key size 2: q[n] = k[n] on a circle");
+  const double radius = 8.0;
+  Tensor angle = arange(0, N, 1, kFloat64) * (2 * M_PI / double(N));  // (N)
+  Tensor on_circle = stack({cos(angle), sin(angle)}, -1) * radius;   // (N, 2) = q = k
+  Tensor p = softmax(matmul(on_circle, transpose(on_circle, 0, 1)), -1);  // (N, N)
+  const double off = max(abs(p - eye(N, kFloat64))).item();
+  fmt::print("radius {}: max |P - I| = {:.2e}\n", radius, off);
+  check(off < 1e-5, "with key size 2 the weights reach P = I to 1e-5 (only the logits c*I are out of reach)");
 }
 
 }  // namespace

@@ -16,8 +16,10 @@ void lesson() {
       "projections of width Dk~ and a per-head mixing vector:\n"
       "  T[a, i, b] ~= sum_r A[a, r] M[i, r] B[b, r]      (a rank-Dk~ CP decomposition)\n"
       "so the heads share key/query dimensions instead of each owning dk of them. `to_collaborative`\n"
-      "fits the decomposition to a trained mha layer. With Dk~ = h*dk the concatenated layout is\n"
-      "exact; smaller Dk~ compresses, and the fit's error grows as Dk~ shrinks.");
+      "fits the decomposition to an mha layer: here one with random weights, which shows the\n"
+      "algebra; `attnlab run collab_compress` fits trained layers (docs/results/collaborative_compress).\n"
+      "With Dk~ = h*dk the concatenated layout is exact; smaller Dk~ compresses, and the fit's error\n"
+      "grows as Dk~ shrinks.");
   const int64_t D = 12, h = 3, dk = 4;
   manual_seed(7);
   auto attn = nn::make_attention("mha(heads=3, key_size=4)", D);
