@@ -4,10 +4,15 @@
 // Metrics: train_loss, lr; val_bpc (bits per character on fixed validation windows of the
 // training context) at each evaluation; summary: val_bpc, steps_per_s, peak_rss_mb, params, and
 // with eval.context > 0 also val_bpc_long and eval_context: the final val_bpc on windows of
-// eval.context tokens (length extrapolation; docs/experiments.md).
+// eval.context tokens (length extrapolation; docs/experiments.md); with eval.ngram also
+// ngram_bpc_3, _4, _5: the validation bits per character of interpolated Kneser-Ney 3-, 4- and
+// 5-gram models counted on the run's training text (experiments/analysis/ngram.hpp), the
+// calibration `val_bpc` is read against (docs/experiments.md, "Where a char LM stands: the n-gram
+// calibration").
 #include <cmath>
 
 #include "attnlab.hpp"
+#include "experiments/analysis/ngram.hpp"
 #include "experiments/catalog/models.hpp"
 #include "experiments/data/text.hpp"
 #include "experiments/runner/experiment.hpp"
@@ -33,6 +38,9 @@ Schema lm_schema() {
   s.add("eval.batches", int64_t(8), "validation batches (of train.batch_size windows) per evaluation");
   s.add("eval.context", int64_t(0),
         "> 0: the final evaluation also reports val_bpc_long on windows of this many tokens (0 = off)");
+  s.add("eval.ngram", false,
+        "true: before training, count 1..5-grams of the training text and report ngram_bpc_3, _4, _5 (the "
+        "Kneser-Ney n-gram calibration of the split; about 0.5 s and 60 MB, which peak_rss_mb then includes)");
   return s;
 }
 
@@ -91,6 +99,16 @@ void run_lm(const Config& config, RunContext& ctx) {
     }
     return sum / double(k) / std::log(2.0);
   };
+  // Opt-in: the hash tables of the 5-gram model (about 60 MB on fortunes) would otherwise set the
+  // peak_rss_mb of every small run. Computed in every process of a run, a resumed one too: the
+  // figures are deterministic and the summary is written by the last process.
+  if (config.get_bool("eval.ngram")) {
+    const std::vector<double> ngram =
+        analysis::ngram_bits_per_token(task.train_tokens, task.val_tokens, task.vocab_size, 5);
+    for (int order : {3, 4, 5}) ctx.summary(fmt::format("ngram_bpc_{}", order), ngram[size_t(order - 1)]);
+    ctx.logf("lm: n-gram calibration (Kneser-Ney): 3-gram {:.4f}, 4-gram {:.4f}, 5-gram {:.4f} bpc", ngram[2], ngram[3],
+             ngram[4]);
+  }
   Trainer trainer(ctx, *model);
   // Each call draws the global batch and computes its micro-batch's rows (Trainer::micro_batch).
   trainer.loss = [&](int64_t) {

@@ -3,7 +3,8 @@
 // CLI11 subcommands, one line each below. `run` and `list` (experiments/cli/run.hpp) drive the
 // experiment runner; `sweep` and `report` (experiments/cli/sweep_commands.hpp, docs/sweeps.md) run
 // many runs and summarise them; `analyze` and `viz` (experiments/cli/heads_commands.hpp) study a
-// finished run's heads; `check` (experiments/cli/check.hpp) runs the conformance suite; `demo`
+// finished run's heads; `check` (experiments/cli/check.hpp) runs the conformance suite; `ngram`
+// (experiments/cli/ngram.cpp) prints the n-gram calibration of the lm experiment's split; `demo`
 // (the attention shoot-out of `make demo`), `variants`, `inspect`, `generate` and `explain`
 // (experiments/cli/commands.hpp, docs/cli.md) are declared by their Command. Every error leaves
 // through cli::exit_status, the one place that turns exceptions into messages and exit codes.
@@ -48,6 +49,7 @@ int attnlab::cli::main(int argc, char** argv) {
   // One line per subcommand.
   cli::add_run_command(app, status, command_line);
   cli::add_list_command(app, status);
+  cli::add_command(app, cli::kNGramCommand, status);
   cli::add_sweep_commands(app, status);  // sweep, report
   cli::add_analyze_command(app, status);
   cli::add_viz_command(app, status);

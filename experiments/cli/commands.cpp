@@ -50,6 +50,9 @@ int run_explain(const std::vector<std::string>& args, std::ostream& out, std::os
 int run_demo(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   return run_command(kDemoCommand, args, out, err);
 }
+int run_ngram(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  return run_command(kNGramCommand, args, out, err);
+}
 
 std::string selected_command(const CLI::App& app) {
   const auto selected = app.get_subcommands();

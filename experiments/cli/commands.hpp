@@ -6,6 +6,7 @@
 //   attnlab generate --checkpoint FILE [--prompt TEXT] [--tokens N] [--temperature T] ...
 //   attnlab explain SPEC --d-model D --seq N [--batch B]
 //   attnlab demo [--out DIR] [--steps N] [--workers N] | --mlp   (the attention shoot-out)
+//   attnlab ngram [--preset P] [--config F] [--set K=V]... [--csv FILE]   (the lm split's n-gram table)
 // Every command's exit status comes from one place, exit_status below: 0 success, 1 a failure
 // while running (bad spec, file, tensor name, shape or dtype), 2 a usage error (unknown or
 // missing option, unparsable or out-of-range value). Messages go to `err`, one line starting
@@ -40,8 +41,9 @@ struct Command {
   CommandBody (*define)(CLI::App& cmd);
 };
 
-extern const Command kVariantsCommand, kInspectCommand, kGenerateCommand, kExplainCommand, kDemoCommand;
-// The commands above, in the order of `attnlab --help`.
+extern const Command kVariantsCommand, kInspectCommand, kGenerateCommand, kExplainCommand, kDemoCommand,
+    kNGramCommand;
+// The attention commands above, in the order of `attnlab --help` (ngram is added beside run and list).
 const std::vector<const Command*>& attention_commands();
 
 // Adds `command` to `app` as a subcommand whose callback stores the body's exit status in
@@ -54,6 +56,7 @@ int run_inspect(const std::vector<std::string>& args, std::ostream& out, std::os
 int run_generate(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 int run_explain(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 int run_demo(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+int run_ngram(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
 // The shared exit-code block: called inside a catch handler, it prints the exception in flight
 // for `command` (run with `args`) and returns the exit status. --help (CLI::CallForHelp) prints

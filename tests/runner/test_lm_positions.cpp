@@ -1,7 +1,9 @@
 // The lm experiment's length-extrapolation keys: model.positions (learned | none) and
-// eval.context (the final val_bpc on longer windows, reported as val_bpc_long); and task.pack
-// (packed training rows).
+// eval.context (the final val_bpc on longer windows, reported as val_bpc_long); task.pack
+// (packed training rows); and eval.ngram (the n-gram calibration in the summary).
 #include "catalog_run.hpp"
+#include "experiments/analysis/ngram.hpp"
+#include "experiments/runner/task.hpp"
 #include "experiments/catalog/models.hpp"
 #include "helpers.hpp"
 
@@ -91,4 +93,26 @@ TEST_CASE("lm task.pack = true trains on packed rows (learned positions restart 
   CHECK(summary_metrics(plain)["val_bpc"].get<double>() != packed);  // other training batches
   std::filesystem::remove_all(dir);
   std::filesystem::remove_all(plain);
+}
+
+TEST_CASE("lm eval.ngram: the summary holds the split's Kneser-Ney 3-, 4- and 5-gram bpc; absent by default") {
+  const auto dir = fresh_run_dir("lm_positions", "ngram");
+  std::string console;
+  REQUIRE_MESSAGE(tiny_lm(dir, {"eval.ngram=true"}, &console) == 0, console);
+  auto m = summary_metrics(dir);
+  runner::Config config = runner::resolve_config(runner::find_experiment("lm"), "", "", {"task.length=24"});
+  const runner::TaskData task = runner::make_task(config);
+  const std::vector<double> bpc = analysis::ngram_bits_per_token(task.train_tokens, task.val_tokens, task.vocab_size, 5);
+  for (int order : {3, 4, 5}) {
+    CAPTURE(order);
+    REQUIRE(m.contains(fmt::format("ngram_bpc_{}", order)));
+    CHECK(m[fmt::format("ngram_bpc_{}", order)].get<double>() == bpc[size_t(order - 1)]);
+  }
+  CHECK(console.find("lm: n-gram calibration (Kneser-Ney): 3-gram") != std::string::npos);
+  const auto off = fresh_run_dir("lm_positions", "ngram_off");
+  REQUIRE(tiny_lm(off, {}) == 0);
+  CHECK_FALSE(summary_metrics(off).contains("ngram_bpc_5"));
+  CHECK(summary_metrics(off)["val_bpc"].get<double>() == m["val_bpc"].get<double>());  // training is unchanged
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove_all(off);
 }
