@@ -25,6 +25,8 @@ Schema recall_schema() {
   Schema s;
   add_task_keys(s, "mqar");
   s.add("task.num_queries", int64_t(0), "mqar: queries per example, distinct keys of its pairs (0 = task.num_pairs)");
+  s.add("task.pair_tokens", int64_t(1),
+        "mqar: positions per key-value pair, 1 (one id per pair) or 2 (k v, Zoology's layout; docs/experiments.md)");
   add_model_keys(s, {.attention = "mha(heads=2)", .d_model = 32, .layers = 2, .ffn_hidden = 64});
   s.add("model.causal", "auto",
         "auto (false for mqar, true for induction) | true | false: causal self-attention in every block");
@@ -57,8 +59,8 @@ void check_recall(const Config& c) {
 // Token embedding + learned positions -> blocks -> final norm -> per-position logits.
 class RecallModel : public nn::Module {
  public:
-  RecallModel(const nn::BlockConfig& block, int64_t layers, int64_t vocab, int64_t max_len, bool learned_positions,
-              bool causal)
+  RecallModel(const nn::BlockConfig& block, int64_t layers, int64_t vocab, int64_t classes, int64_t max_len,
+              bool learned_positions, bool causal)
       : causal(causal) {
     const int64_t D = block.d_model;
     tok_emb = register_module("tok_emb", std::make_shared<nn::Embedding>(vocab, D));
@@ -66,17 +68,17 @@ class RecallModel : public nn::Module {
     blocks = register_module("blocks", std::make_shared<nn::ModuleList>());
     for (int64_t i = 0; i < layers; ++i) blocks->push_back(std::make_shared<nn::TransformerBlock>(block));
     norm = register_module("norm", std::make_shared<nn::LayerNorm>(D, block.norm_eps));
-    head = register_module("head", std::make_shared<nn::Linear>(D, vocab));
+    head = register_module("head", std::make_shared<nn::Linear>(D, classes));
     // CausalLM's small embedding init (nn/transformer.cpp): the blocks steer the residual stream early.
     nn::init::normal_(tok_emb->weight, 0.0, 0.02);
     if (pos_emb) nn::init::normal_(pos_emb->weight, 0.0, 0.02);
   }
-  // tokens (B, N) -> logits (B, N, V)
+  // tokens (B, N) -> logits (B, N, C)
   Tensor forward(const Tensor& tokens) {
     Tensor x = embedding(tok_emb->weight, tokens);  // (B, N, D)
     if (pos_emb) x = x + unsqueeze(narrow(pos_emb->weight, 0, 0, tokens.size(1)), 0);  // (B, N, D)
     for (const auto& m : *blocks) x = static_cast<nn::TransformerBlock&>(*m).forward(x, {}, causal);
-    return (*head)((*norm)(x));  // (B, N, V)
+    return (*head)((*norm)(x));  // (B, N, C)
   }
   nn::Attention& attention(size_t layer) { return *blocks->at<nn::TransformerBlock>(layer)->attn; }
   std::string type_name() const override { return "RecallModel"; }
@@ -107,7 +109,8 @@ void run_recall(const Config& config, RunContext& ctx) {
   const TaskData& task = ctx.data();
   const bool causal = causal_of(config);
   const nn::BlockConfig block = block_config(config);
-  auto model = std::make_shared<RecallModel>(block, config.get_int("model.layers"), task.vocab_size, task.seq_len,
+  auto model = std::make_shared<RecallModel>(block, config.get_int("model.layers"), task.vocab_size, task.num_classes,
+                                             task.seq_len,
                                              config.get_string("model.positions") == "learned", causal);
   const int64_t n = task.seq_len;
   const double state = nn::attention_state_per_token(model->attention(0), n);
@@ -121,7 +124,7 @@ void run_recall(const Config& config, RunContext& ctx) {
   trainer.loss = [&](int64_t) {
     data::Batch b = loader.next();
     Tensor x = trainer.micro_batch(b.inputs), y = trainer.micro_batch(b.targets);  // (B / parts, N) each
-    Tensor logits = model->forward(x);                                              // (B / parts, N, V)
+    Tensor logits = model->forward(x);                                              // (B / parts, N, C)
     return nn::cross_entropy(reshape(logits, {-1, task.num_classes}), reshape(y, {-1}), data::kIgnoreTarget);
   };
   trainer.evaluate = [&](int64_t) { return std::map<std::string, double>{{"val_acc", accuracy(*model, task.val)}}; };

@@ -29,10 +29,12 @@ TensorDataset make_mqar(int64_t n, const MqarOptions& o, uint64_t seed) {
   require(o.num_queries >= 1 && o.num_queries <= o.num_pairs, "num_queries", o.num_queries,
           "in [1, num_pairs] (the queries are distinct keys of the example)");
   require(o.num_values >= 1, "num_values", o.num_values, ">= 1");
-  if (2 * o.num_pairs + o.num_queries > o.length)
-    fail<ValueError>("make_mqar: length {} is shorter than 2 num_pairs + num_queries = 2*{} + {} = {}", o.length,
-                     o.num_pairs, o.num_queries, 2 * o.num_pairs + o.num_queries);
-  const int64_t N = o.length, P = o.num_pairs, Q = o.num_queries;
+  require(o.pair_tokens == 1 || o.pair_tokens == 2, "pair_tokens", o.pair_tokens, "1 or 2");
+  const int64_t S = o.pair_tokens;  // positions per pair
+  if (S * o.num_pairs + o.num_queries > o.length)
+    fail<ValueError>("make_mqar: length {} is shorter than pair_tokens num_pairs + num_queries = {}*{} + {} = {}",
+                     o.length, S, o.num_pairs, o.num_queries, S * o.num_pairs + o.num_queries);
+  const int64_t N = o.length, P = o.num_pairs, Q = o.num_queries, K = o.num_keys, V = o.num_values;
   TensorDataset ds{Tensor::empty({n, N}, kInt64), Tensor::empty({n, N}, kInt64)};
   int64_t* x = ds.inputs.data<int64_t>();   // (n, N)
   int64_t* y = ds.targets.data<int64_t>();  // (n, N)
@@ -44,16 +46,22 @@ TensorDataset make_mqar(int64_t n, const MqarOptions& o, uint64_t seed) {
     int64_t *xi = x + i * N, *yi = y + i * N;
     std::fill(xi, xi + N, kMqarFiller);
     std::fill(yi, yi + N, kIgnoreTarget);
+    std::vector<int64_t> values(static_cast<size_t>(P));
     for (int64_t p = 0; p < P; ++p) {
-      xi[2 * p] = keys[size_t(p)];
-      xi[2 * p + 1] = 1 + o.num_keys + int64_t(rng.below(uint64_t(o.num_values)));
+      values[size_t(p)] = 1 + K + int64_t(rng.below(uint64_t(V)));
+      if (S == 2) {
+        xi[2 * p] = keys[size_t(p)];
+        xi[2 * p + 1] = values[size_t(p)];
+      } else {
+        xi[p] = 1 + K + V + (keys[size_t(p)] - 1) * V + (values[size_t(p)] - 1 - K);
+      }
     }
     std::iota(pairs.begin(), pairs.end(), int64_t{0});
     choose_distinct(pairs, Q, rng);
     for (int64_t j = 0; j < Q; ++j) {
       const int64_t p = pairs[size_t(j)];
-      xi[2 * P + j] = xi[2 * p];
-      yi[2 * P + j] = xi[2 * p + 1];
+      xi[S * P + j] = keys[size_t(p)];
+      yi[S * P + j] = values[size_t(p)];
     }
   }
   return ds;

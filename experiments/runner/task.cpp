@@ -165,26 +165,35 @@ TaskData mqar(const Config& c) {
   // task.num_queries is in the schemas of the experiments that train on mqar (recall); 0 = P.
   const bool has_queries = c.schema().find("task.num_queries") && c.get_int("task.num_queries") != 0;
   o.num_queries = has_queries ? positive(c, "task.num_queries") : o.num_pairs;
+  if (c.schema().find("task.pair_tokens")) o.pair_tokens = c.get_int("task.pair_tokens");
+  if (o.pair_tokens != 1 && o.pair_tokens != 2)
+    fail<ConfigError>("task 'mqar': task.pair_tokens must be 1 or 2, got {} (from {})", o.pair_tokens,
+                      c.origin("task.pair_tokens"));
   if (o.num_pairs > o.num_keys)
     fail<ConfigError>("task 'mqar': task.num_pairs {} exceeds task.num_keys {} (keys are distinct)", o.num_pairs,
                       o.num_keys);
   if (o.num_queries > o.num_pairs)
     fail<ConfigError>("task 'mqar': task.num_queries {} exceeds task.num_pairs {} (queries are distinct keys)",
                       o.num_queries, o.num_pairs);
-  if (2 * o.num_pairs + o.num_queries > o.length)
-    fail<ConfigError>("task 'mqar': task.length {} is shorter than 2 task.num_pairs + task.num_queries = {}",
-                      o.length, 2 * o.num_pairs + o.num_queries);
+  if (o.pair_tokens * o.num_pairs + o.num_queries > o.length)
+    fail<ConfigError>("task 'mqar': task.length {} is shorter than task.pair_tokens * task.num_pairs + "
+                      "task.num_queries = {}",
+                      o.length, o.pair_tokens * o.num_pairs + o.num_queries);
   TaskData t;
   t.train = data::make_mqar(positive(c, "task.train_size"), o, split_seed(c, 0));
   t.val = data::make_mqar(positive(c, "task.val_size"), o, split_seed(c, 1));
   t.test = data::make_mqar(positive(c, "task.test_size"), o, split_seed(c, 2));
   t.per_position = true;
-  t.vocab_size = t.num_classes = data::mqar_vocab(o);
+  t.vocab_size = data::mqar_vocab(o);
+  t.num_classes = 1 + o.num_keys + o.num_values;  // targets are value ids; pair ids (pair_tokens = 1) never are
   t.seq_len = o.length;
   t.tokens = {"_"};
   for (auto& k : symbol_names(o.num_keys, "k")) t.tokens.push_back(k);
   for (auto& v : symbol_names(o.num_values, "v")) t.tokens.push_back(v);
-  t.classes = t.tokens;
+  if (o.pair_tokens == 1)
+    for (int64_t k = 1; k <= o.num_keys; ++k)
+      for (int64_t v = 0; v < o.num_values; ++v) t.tokens.push_back(fmt::format("k{}v{}", k - 1, v));
+  t.classes.assign(t.tokens.begin(), t.tokens.begin() + t.num_classes);
   return t;
 }
 

@@ -1,5 +1,6 @@
 // MQAR and induction copying (experiments/data/mqar.hpp): the answer rule, distinct keys, no
 // answer at or after a query, determinism by seed, disjoint splits, errors naming the option.
+#include <map>
 #include <set>
 
 #include "experiments/data/mqar.hpp"
@@ -70,6 +71,31 @@ TEST_CASE("mqar: layout, answers, distinct keys, no value at or after a query") 
   CHECK(int64_t(queried_pairs.size()) == P);  // every pair position gets queried somewhere
 }
 
+TEST_CASE("mqar with one token per pair: the pair id names key and value; same answers") {
+  const MqarOptions o{.length = 24, .num_pairs = 6, .num_queries = 6, .num_keys = 8, .num_values = 5, .pair_tokens = 1};
+  const int64_t K = 8, V = 5, P = 6, first_pair = 1 + K + V;
+  CHECK(mqar_vocab(o) == first_pair + K * V);
+  TensorDataset ds = make_mqar(100, o, 5);
+  auto xs = rows(ds.inputs), ys = rows(ds.targets);
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const auto &x = xs[i], &y = ys[i];
+    std::map<int64_t, int64_t> value_of;  // key id -> value id
+    for (int64_t p = 0; p < P; ++p) {
+      REQUIRE(x[p] >= first_pair);
+      REQUIRE(x[p] < first_pair + K * V);
+      const int64_t key = 1 + (x[p] - first_pair) / V, value = 1 + K + (x[p] - first_pair) % V;
+      CHECK(value_of.count(key) == 0);
+      value_of[key] = value;
+      CHECK(y[p] == kIgnoreTarget);
+    }
+    for (int64_t t = P; t < o.length; ++t) {
+      CHECK(x[t] < first_pair);  // no pair (so no value) at or after the first query
+      if (t < 2 * P) CHECK(y[t] == value_of.at(x[t]));
+      else CHECK(y[t] == kIgnoreTarget);
+    }
+  }
+}
+
 TEST_CASE("mqar and induction: determined by the seed, prefix-stable, seeds disjoint") {
   const MqarOptions o{};
   TensorDataset a = make_mqar(50, o, 7), b = make_mqar(50, o, 7), c = make_mqar(20, o, 7), d = make_mqar(50, o, 8);
@@ -109,6 +135,7 @@ TEST_CASE("mqar and induction: bad options are ValueErrors naming the option") {
   CHECK(mqar({.num_pairs = 4, .num_queries = 5}).find("num_queries") != std::string::npos);
   CHECK(mqar({.num_queries = 8, .num_values = 0}).find("num_values") != std::string::npos);
   CHECK(mqar({.length = 20, .num_pairs = 8, .num_queries = 8}).find("length 20") != std::string::npos);
+  CHECK(mqar({.pair_tokens = 3}).find("pair_tokens") != std::string::npos);
   CHECK(value_error([] { make_induction(4, 7, 5, 0); }).find("length") != std::string::npos);
   CHECK(value_error([] { make_induction(4, 8, 1, 0); }).find("vocab") != std::string::npos);
 }
