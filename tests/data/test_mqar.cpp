@@ -101,14 +101,15 @@ TEST_CASE("mqar and induction: determined by the seed, prefix-stable, seeds disj
   TensorDataset a = make_mqar(50, o, 7), b = make_mqar(50, o, 7), c = make_mqar(20, o, 7), d = make_mqar(50, o, 8);
   CHECK(a.inputs.to_vector<int64_t>() == b.inputs.to_vector<int64_t>());
   CHECK(a.targets.to_vector<int64_t>() == b.targets.to_vector<int64_t>());
-  CHECK(rows(c.inputs) == std::vector<std::vector<int64_t>>(rows(a.inputs).begin(), rows(a.inputs).begin() + 20));
   auto train = rows(a.inputs), other = rows(d.inputs);
+  CHECK(rows(c.inputs) == std::vector<std::vector<int64_t>>(train.begin(), train.begin() + 20));
   std::set<std::vector<int64_t>> seen(train.begin(), train.end());
   for (const auto& r : other) CHECK(seen.count(r) == 0);
 
   TensorDataset i1 = make_induction(30, 16, 8, 1), i2 = make_induction(30, 16, 8, 1), i3 = make_induction(30, 16, 8, 2);
   CHECK(i1.inputs.to_vector<int64_t>() == i2.inputs.to_vector<int64_t>());
-  std::set<std::vector<int64_t>> ind(rows(i1.inputs).begin(), rows(i1.inputs).end());
+  const auto first = rows(i1.inputs);
+  std::set<std::vector<int64_t>> ind(first.begin(), first.end());
   for (const auto& r : rows(i3.inputs)) CHECK(ind.count(r) == 0);
 }
 

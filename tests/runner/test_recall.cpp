@@ -27,9 +27,10 @@ TEST_CASE("recall: a tiny mqar run writes accuracies, state_per_token and densit
     CHECK(m.contains(key));
   CHECK(m["val_acc"].get<double>() >= 0.0);
   CHECK(m["val_acc"].get<double>() <= 1.0);
-  // local(window=2) at N = 16: (5 * 16 - 6) / 256 pairs; its cache holds 2 positions of h (dk + dv) = 16.
+  // local(window=2) at N = 16, D = 16: (5 * 16 - 6) / 256 pairs; its cache holds 2 positions of
+  // h (dk + dv) = 2 (8 + 8) numbers.
   CHECK(m["density"].get<double>() == doctest::Approx(74.0 / 256));
-  CHECK(m["state_per_token"].get<double>() == doctest::Approx(2.0 * 16 / 16));
+  CHECK(m["state_per_token"].get<double>() == doctest::Approx(2.0 * 32 / 16));
   std::filesystem::remove_all(dir);
 }
 
