@@ -144,8 +144,11 @@ const bool registered = register_experiment({
     .description = "recall against state size: a per-position model with model.attention on mqar or induction "
                    "(val_acc, test_acc, state_per_token, density)",
     .schema = recall_schema(),
-    .presets = {{"quick", "train.steps = 300\ntrain.eval_every = 100\n"},
-                {"full", "train.steps = 1500\n"}},
+    // The tuned N = 64 task (docs/experiments.md, "Tuning"): P = N/4 pairs over K = N/2 keys,
+    // enough examples that 1000 steps of batch 32 see each about once.
+    .presets = {{"quick", "task.num_pairs = 16\ntask.num_keys = 32\ntask.train_size = 30000\ntrain.steps = 300\n"
+                          "train.eval_every = 100\n"},
+                {"full", "task.num_pairs = 16\ntask.num_keys = 32\ntask.train_size = 30000\ntrain.steps = 1000\n"}},
     .run = run_recall,
     .check = check_recall,
 });
