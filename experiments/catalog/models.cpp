@@ -60,9 +60,7 @@ std::string attention_spec(const Config& c) {
   return changed ? nn::to_string(spec) : text;
 }
 
-namespace {
-
-nn::BlockConfig block(const Config& c) {
+nn::BlockConfig block_config(const Config& c) {
   nn::BlockConfig b;
   b.d_model = c.get_int("model.d_model");
   b.attention = attention_spec(c);
@@ -73,6 +71,8 @@ nn::BlockConfig block(const Config& c) {
                       b.d_model, c.get_int("model.layers"), b.ffn_hidden, b.dropout);
   return b;
 }
+
+namespace {
 
 std::string pooling(const Config& c) {
   const std::string p = c.get_string("model.pooling");
@@ -97,7 +97,7 @@ void check_model(const Config& c) {
   positions(c);
   const std::string& text = c.get_string("model.attention");
   try {
-    const nn::BlockConfig b = block(c);  // ConfigError for a key out of range
+    const nn::BlockConfig b = block_config(c);  // ConfigError for a key out of range
     const std::string effective =
         b.attention == text ? "" : fmt::format(" (as \"{}\" with model.heads / model.key_size)", b.attention);
     try {
@@ -120,7 +120,7 @@ std::shared_ptr<nn::EncoderClassifier> build_classifier(const Config& c, const T
                       "(listops, fashion_mnist, recall)",
                       t.name, t.language_model ? "next-token" : "per-position");
   nn::EncoderConfig e;
-  e.block = block(c);
+  e.block = block_config(c);
   e.layers = c.get_int("model.layers");
   e.vocab_size = t.input_dim > 0 ? 0 : t.vocab_size;
   e.input_dim = t.input_dim;
@@ -140,7 +140,7 @@ std::shared_ptr<nn::EncoderClassifier> copy_classifier(const nn::EncoderClassifi
 std::shared_ptr<nn::CausalLM> build_lm(const Config& c, const TaskData& t) {
   if (!t.language_model) fail<ConfigError>("model: task '{}' is not a language-modelling task (fortunes)", t.name);
   nn::LMConfig l;
-  l.block = block(c);
+  l.block = block_config(c);
   l.layers = c.get_int("model.layers");
   l.vocab_size = t.vocab_size;
   l.max_len = t.seq_len;

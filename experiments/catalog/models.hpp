@@ -35,6 +35,10 @@ runner::Schema& add_model_keys(runner::Schema& schema, const ModelDefaults& defa
 // no such option (fnet, mixer have no heads).
 std::string attention_spec(const runner::Config& config);
 
+// One transformer block's config from model.d_model, model.attention (overrides applied),
+// model.ffn_hidden and model.dropout; ConfigError for a key out of range.
+nn::BlockConfig block_config(const runner::Config& config);
+
 // The Experiment::check of the catalog's experiments, run before a run directory is created: the
 // model.* keys in range, model.pooling and model.positions (where the schema has it) known, and
 // one transformer block built from model.attention (model.heads / model.key_size applied) at

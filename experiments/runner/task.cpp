@@ -6,6 +6,7 @@
 
 #include "experiments/data/fashion_mnist.hpp"
 #include "experiments/data/listops.hpp"
+#include "experiments/data/mqar.hpp"
 #include "experiments/data/tasks.hpp"
 #include "experiments/data/text.hpp"
 #include "autograd/ops.hpp"
@@ -155,6 +156,63 @@ TaskData recall(const Config& c) {
   return t;
 }
 
+TaskData mqar(const Config& c) {
+  data::MqarOptions o;
+  o.length = length_or(c, 64);
+  o.num_pairs = positive(c, "task.num_pairs");
+  o.num_keys = positive(c, "task.num_keys");
+  o.num_values = positive(c, "task.num_values");
+  // task.num_queries is in the schemas of the experiments that train on mqar (recall); 0 = P.
+  const bool has_queries = c.schema().find("task.num_queries") && c.get_int("task.num_queries") != 0;
+  o.num_queries = has_queries ? positive(c, "task.num_queries") : o.num_pairs;
+  if (c.schema().find("task.pair_tokens")) o.pair_tokens = c.get_int("task.pair_tokens");
+  if (o.pair_tokens != 1 && o.pair_tokens != 2)
+    fail<ConfigError>("task 'mqar': task.pair_tokens must be 1 or 2, got {} (from {})", o.pair_tokens,
+                      c.origin("task.pair_tokens"));
+  if (o.num_pairs > o.num_keys)
+    fail<ConfigError>("task 'mqar': task.num_pairs {} exceeds task.num_keys {} (keys are distinct)", o.num_pairs,
+                      o.num_keys);
+  if (o.num_queries > o.num_pairs)
+    fail<ConfigError>("task 'mqar': task.num_queries {} exceeds task.num_pairs {} (queries are distinct keys)",
+                      o.num_queries, o.num_pairs);
+  if (o.pair_tokens * o.num_pairs + o.num_queries > o.length)
+    fail<ConfigError>("task 'mqar': task.length {} is shorter than task.pair_tokens * task.num_pairs + "
+                      "task.num_queries = {}",
+                      o.length, o.pair_tokens * o.num_pairs + o.num_queries);
+  TaskData t;
+  t.train = data::make_mqar(positive(c, "task.train_size"), o, split_seed(c, 0));
+  t.val = data::make_mqar(positive(c, "task.val_size"), o, split_seed(c, 1));
+  t.test = data::make_mqar(positive(c, "task.test_size"), o, split_seed(c, 2));
+  t.per_position = true;
+  t.vocab_size = data::mqar_vocab(o);
+  t.num_classes = 1 + o.num_keys + o.num_values;  // targets are value ids; pair ids (pair_tokens = 1) never are
+  t.seq_len = o.length;
+  t.tokens = {"_"};
+  for (auto& k : symbol_names(o.num_keys, "k")) t.tokens.push_back(k);
+  for (auto& v : symbol_names(o.num_values, "v")) t.tokens.push_back(v);
+  if (o.pair_tokens == 1)
+    for (int64_t k = 1; k <= o.num_keys; ++k)
+      for (int64_t v = 0; v < o.num_values; ++v) t.tokens.push_back(fmt::format("k{}v{}", k - 1, v));
+  t.classes.assign(t.tokens.begin(), t.tokens.begin() + t.num_classes);
+  return t;
+}
+
+TaskData induction(const Config& c) {
+  const int64_t length = length_or(c, 64), vocab = positive(c, "task.vocab", 2);
+  if (length < 4 || length % 2 != 0)
+    fail<ConfigError>("task 'induction': task.length must be even and >= 4, got {} (from {})", length,
+                      c.origin("task.length"));
+  TaskData t;
+  t.train = data::make_induction(positive(c, "task.train_size"), length, vocab, split_seed(c, 0));
+  t.val = data::make_induction(positive(c, "task.val_size"), length, vocab, split_seed(c, 1));
+  t.test = data::make_induction(positive(c, "task.test_size"), length, vocab, split_seed(c, 2));
+  t.per_position = true;
+  t.vocab_size = t.num_classes = vocab;
+  t.seq_len = length;
+  t.tokens = t.classes = symbol_names(vocab, vocab <= 26 ? "" : "s");
+  return t;
+}
+
 struct TaskEntry {
   TaskInfo info;
   std::function<TaskData(const Config&)> make;
@@ -172,6 +230,12 @@ const std::vector<TaskEntry>& entries() {
       {{"sort", "sort task.length symbols (per-position targets)"},
        [](const Config& c) { return sequence(c, data::make_sort_task); }},
       {{"recall", "associative recall: key/value pairs and a query -> its value"}, recall},
+      {{"mqar", "multi-query associative recall: key/value pairs, then queries -> their values (per-position, "
+                "task.length default 64)"},
+       mqar},
+      {{"induction", "induction copying: random tokens repeated once -> next tokens of the repeat (per-position, "
+                     "causal, task.length default 64)"},
+       induction},
   };
   return e;
 }
@@ -200,20 +264,20 @@ const std::vector<TaskInfo>& tasks() {
 }
 
 Schema& add_task_keys(Schema& s, const std::string& name) {
-  return s.add("task.name", name, "listops | fashion_mnist | fortunes | copy | reverse | sort | recall")
+  return s.add("task.name", name, "listops | fashion_mnist | fortunes | copy | reverse | sort | recall | mqar | induction")
       .add("task.seed", int64_t(0), "seed of generated data (independent of the run's seed)")
       .add("task.train_size", int64_t(2000), "training examples (fortunes: unused)")
       .add("task.val_size", int64_t(500), "validation examples (fortunes: unused)")
       .add("task.test_size", int64_t(500), "test examples (fortunes: unused)")
       .add("task.length", int64_t(0), "sequence length, 0 = the task's default (listops max tokens 128, "
-                                      "copy/reverse/sort 16, fortunes context 128)")
+                                      "copy/reverse/sort 16, fortunes context 128, mqar/induction 64)")
       .add("task.min_length", int64_t(16), "listops: minimum tokens")
       .add("task.max_depth", int64_t(6), "listops: tree levels counting the leaves")
       .add("task.max_args", int64_t(5), "listops: maximum arguments per operator")
-      .add("task.vocab", int64_t(10), "copy/reverse/sort: number of symbols")
-      .add("task.num_pairs", int64_t(8), "recall: key/value pairs per example")
-      .add("task.num_keys", int64_t(16), "recall: key symbols")
-      .add("task.num_values", int64_t(16), "recall: value symbols")
+      .add("task.vocab", int64_t(10), "copy/reverse/sort/induction: number of symbols")
+      .add("task.num_pairs", int64_t(8), "recall, mqar: key/value pairs per example")
+      .add("task.num_keys", int64_t(16), "recall, mqar: key symbols")
+      .add("task.num_values", int64_t(16), "recall, mqar: value symbols")
       .add("task.input", "patches", "fashion_mnist: patches (49 x 4x4 floats) | pixels (784 tokens)")
       .add("task.level", "char", "fortunes: char | byte");
 }

@@ -8,6 +8,11 @@
 //                  examples; windows of task.length + 1 tokens are drawn by the experiment
 //   copy, reverse, sort   per-position targets over task.vocab symbols, length task.length
 //   recall         associative recall: task.num_pairs key/value pairs and a query -> the value
+//   mqar           multi-query associative recall (experiments/data/mqar.hpp): task.num_pairs
+//                  pairs, task.num_queries queries (where the schema has it; 0 or absent = one
+//                  per pair), filler to task.length (default 64); per-position targets
+//   induction      task.length / 2 random symbols of task.vocab repeated once; next-token
+//                  targets on the repeat (default length 64)
 //
 // Every generated task draws its data from task.seed (not the run's seed), so runs with
 // different model seeds see the same examples; splits use distinct streams of it.
