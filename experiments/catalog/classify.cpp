@@ -6,6 +6,7 @@
 #include "experiments/catalog/models.hpp"
 #include "experiments/runner/experiment.hpp"
 #include "experiments/runner/trainer.hpp"
+#include "nn/attention/costs.hpp"
 #include "nn/loss.hpp"
 
 namespace attnlab::catalog {
@@ -48,6 +49,10 @@ void run_classify(const Config& config, RunContext& ctx) {
   ctx.summary("steps_per_s", trainer.steps_per_second());
   ctx.summary("peak_rss_mb", peak_rss_mb());
   ctx.summary("params", double(model->num_parameters()));
+  // A variant whose pattern restricts the pairs records its density at the task's N, so that a
+  // report marks it when it is dense there (docs/experiments.md, "Claims and verdicts").
+  nn::Attention& attention = *model->blocks->at<nn::TransformerBlock>(0)->attn;
+  if (nn::attention_restricts_pairs(attention)) ctx.summary("density", nn::attention_density(attention, task.seq_len));
 }
 
 const bool registered = register_experiment({
