@@ -10,6 +10,7 @@
 #include <fmt/ranges.h>
 
 #include "experiments/check/conformance.hpp"
+#include "experiments/cli/commands.hpp"
 #include "nn/attention/registry.hpp"
 #include "tensor/error.hpp"
 
@@ -19,7 +20,7 @@ int run_check(const CheckCommandOptions& options, std::ostream& out, std::ostrea
   const auto& names = check::check_names();
   for (const std::string& s : options.skip)
     if (std::find(names.begin() + 1, names.end(), s) == names.end()) {
-      err << fmt::format("attnlab check: --skip {}: not a check (checks: {})\n", s,
+      err << fmt::format("{} check: --skip {}: not a check (checks: {})\n", program_name(), s,
                          fmt::join(names.begin() + 1, names.end(), ", "));
       return 2;
     }
@@ -31,7 +32,7 @@ int run_check(const CheckCommandOptions& options, std::ostream& out, std::ostrea
   try {
     results = check::check_variant(options.spec, o);
   } catch (const Error& e) {
-    err << "attnlab check: " << e.what() << "\n";
+    err << program_name() << " check: " << e.what() << "\n";
     return 2;
   }
   int passed = 0, failed = 0, skipped = 0;

@@ -11,6 +11,13 @@
 
 namespace attnlab::cli {
 
+namespace {
+std::string& program_name_storage() {
+  static std::string name = "attnlab";
+  return name;
+}
+}  // namespace
+
 const std::vector<const Command*>& attention_commands() {
   static const std::vector<const Command*> all = {&kDemoCommand, &kVariantsCommand, &kInspectCommand, &kGenerateCommand,
                                                   &kExplainCommand};
@@ -23,8 +30,15 @@ void add_command(CLI::App& app, const Command& command, int& status) {
   cmd->callback([body, &status] { status = body(std::cout, std::cerr); });
 }
 
+const std::string& program_name() { return program_name_storage(); }
+
+void set_program_name(const std::string& argv0) {
+  const std::string name = argv0.substr(argv0.find_last_of('/') + 1);  // npos + 1 == 0: no directory
+  program_name_storage() = name.empty() ? "attnlab" : name;
+}
+
 int run_command(const Command& command, const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  CLI::App cmd{command.summary, std::string("attnlab ") + command.name};
+  CLI::App cmd{command.summary, program_name() + " " + command.name};
   const CommandBody body = command.define(cmd);
   try {
     std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes the arguments last first
@@ -58,9 +72,10 @@ std::string selected_command(const CLI::App& app) {
 
 int exit_status(const CLI::App* app, const std::string& command, const std::vector<std::string>& args,
                 std::ostream& out, std::ostream& err) {
-  const std::string prefix = command.empty() ? "attnlab: " : "attnlab " + command + ": ";
-  const std::string hint = command.empty() ? "attnlab --help" : "attnlab " + command + " --help";
-  std::string invocation = command.empty() ? "attnlab" : "attnlab " + command;
+  const std::string& program = program_name();
+  const std::string prefix = command.empty() ? program + ": " : program + " " + command + ": ";
+  const std::string hint = command.empty() ? program + " --help" : program + " " + command + " --help";
+  std::string invocation = command.empty() ? program : program + " " + command;
   for (const auto& a : args) invocation += " " + a;
   try {
     throw;

@@ -9,7 +9,7 @@
 // Every command's exit status comes from one place, exit_status below: 0 success, 1 a failure
 // while running (bad spec, file, tensor name, shape or dtype), 2 a usage error (unknown or
 // missing option, unparsable or out-of-range value). Messages go to `err`, one line starting
-// with "attnlab <command>:".
+// with "attnlab <command>:" (the program's own name, program_name(), in a program of one's own).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -63,6 +63,12 @@ int run_demo(const std::vector<std::string>& args, std::ostream& out, std::ostre
 // went wrong and repeats the command line being run. `app` may be null for a body run after parsing.
 int exit_status(const CLI::App* app, const std::string& command, const std::vector<std::string>& args,
                 std::ostream& out, std::ostream& err);
+
+// The name the program was started as: the file name of cli::main's argv[0] ("attnlab" until
+// then). Help and error messages start with it, so that a project's own program `own`
+// (examples/own-project) says "own check: ..." and "Usage: own check ...".
+const std::string& program_name();
+void set_program_name(const std::string& argv0);
 
 // The name of the subcommand `app` selected while parsing ("" when none was).
 std::string selected_command(const CLI::App& app);
