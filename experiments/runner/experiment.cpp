@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <cmath>
@@ -22,6 +23,7 @@
 #include "experiments/runner/dir_lock.hpp"
 #include "experiments/runner/task.hpp"
 #include "experiments/runner/trainer.hpp"
+#include "nn/lm_checkpoint.hpp"
 #include "tensor/blas_info.hpp"
 #include "tensor/option_string.hpp"
 #include "tensor/parallel.hpp"
@@ -270,6 +272,21 @@ Config resolve_config(const Experiment& e, const std::string& preset, const std:
   return c;
 }
 
+// A resumed run's checkpoint against the config's model.layers, from the header alone, before the
+// experiment builds its model: a checkpoint holding another number of blocks is refused at once.
+// (Any other misfit is the strict load's error once the model exists.)
+namespace {
+void check_checkpoint_blocks(const Config& config, const fs::path& ckpt) {
+  if (!config.schema().find("model.layers")) return;
+  const std::map<std::string, Dims> shapes = safetensors_shapes(ckpt.string());
+  const bool has_blocks = std::any_of(shapes.begin(), shapes.end(),
+                                      [](const auto& e) { return e.first.rfind("model.blocks.", 0) == 0; });
+  if (!has_blocks) return;
+  nn::check_block_count(shapes, config.get_int("model.layers"), ckpt.string(),
+                        {.source = "the run's config", .layers = "model.layers", .prefix = "model."});
+}
+}  // namespace
+
 // ---- RunContext ----
 
 RunContext::RunContext(Config config, fs::path dir, Options options)
@@ -281,6 +298,7 @@ RunContext::RunContext(Config config, fs::path dir, Options options)
   int64_t keep_up_to = -1;  // metrics lines to keep: steps <= this
   const fs::path ckpt = dir_ / "checkpoint.safetensors";
   if (fs::exists(ckpt)) {
+    check_checkpoint_blocks(config_, ckpt);
     CheckpointFile c = read_checkpoint_file(ckpt);
     time_offset_ = c.time;
     peak_rss_offset_ = c.peak_rss_mb;
