@@ -314,4 +314,15 @@ TEST_CASE("attnlab check prints one line per check; exit 0 all pass, 1 a failure
   CHECK(contains(text, "unknown variant no_such_variant"));
   CHECK(run({"mha", 8, {}, {"no_such_check"}}, &text) == 2);
   CHECK(contains(text, "--skip no_such_check: not a check"));
+  // --all: a line per registered variant (the quick checks only, here), then the count
+  cli::CheckCommandOptions all{"", 32, {}, {}, true};
+  for (const std::string& c : check::check_names())
+    if (c != "build" && c != "spec" && c != "shape") all.skip.push_back(c);
+  CHECK(run(all, &text) == 0);
+  for (const auto& v : nn::variants()) CHECK(contains(text, "PASS  " + v.schema.name + " "));
+  CHECK(contains(text, fmt::format("{} variants at d_model 32: {} passed, 0 failed", nn::variants().size(),
+                                   nn::variants().size())));
+  CHECK(run({"", 8, {}, {"gradcheck", "gradcheck_masked", "cross", "prune_heads", "forward_step"}, true}, &text) == 1);
+  CHECK(contains(text, "FAIL  mla "));  // its default rope_size needs a wider model than 8 at 8 heads
+  CHECK(contains(text, "      FAIL  build "));
 }
