@@ -12,8 +12,8 @@
 // What makes it pass `own check "cosine(heads=2)"` (attnlab's docs/attention.md, "Adding a
 // variant"): head_mask, so that a query row with no allowed key equals the output of all-zero
 // heads (here out_proj's bias); a spec() that rebuilds the same layer; errors that name the
-// variant ("cosine: ..."), which turn the checks needing an unsupported feature (prune_heads,
-// forward_step) into SKIP lines.
+// variant ("cosine: ..."), which turn the checks needing an unsupported feature (here
+// prune_heads) into SKIP lines.
 #include <attnlab/attnlab.hpp>
 
 namespace own {
