@@ -11,12 +11,6 @@
 
 namespace attnlab::cli {
 
-namespace {
-std::string& program_name_storage() {
-  static std::string name = "attnlab";
-  return name;
-}
-}  // namespace
 
 const std::vector<const Command*>& attention_commands() {
   static const std::vector<const Command*> all = {&kDemoCommand, &kVariantsCommand, &kInspectCommand, &kGenerateCommand,
@@ -28,13 +22,6 @@ void add_command(CLI::App& app, const Command& command, int& status) {
   CLI::App* cmd = app.add_subcommand(command.name, command.summary);
   CommandBody body = command.define(*cmd);
   cmd->callback([body, &status] { status = body(std::cout, std::cerr); });
-}
-
-const std::string& program_name() { return program_name_storage(); }
-
-void set_program_name(const std::string& argv0) {
-  const std::string name = argv0.substr(argv0.find_last_of('/') + 1);  // npos + 1 == 0: no directory
-  program_name_storage() = name.empty() ? "attnlab" : name;
 }
 
 int run_command(const Command& command, const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {

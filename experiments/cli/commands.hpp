@@ -19,6 +19,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "experiments/runner/program_name.hpp"
 #include "tensor/error.hpp"
 
 namespace attnlab::cli {
@@ -64,11 +65,9 @@ int run_demo(const std::vector<std::string>& args, std::ostream& out, std::ostre
 int exit_status(const CLI::App* app, const std::string& command, const std::vector<std::string>& args,
                 std::ostream& out, std::ostream& err);
 
-// The name the program was started as: the file name of cli::main's argv[0] ("attnlab" until
-// then). Help and error messages start with it, so that a project's own program `own`
-// (examples/own-project) says "own check: ..." and "Usage: own check ...".
-const std::string& program_name();
-void set_program_name(const std::string& argv0);
+// The program's name for help and error messages (experiments/runner/program_name.hpp).
+using runner::program_name;
+using runner::set_program_name;
 
 // The name of the subcommand `app` selected while parsing ("" when none was).
 std::string selected_command(const CLI::App& app);

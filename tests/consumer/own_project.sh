@@ -31,6 +31,8 @@ check "'own check' printed no summary" grep -q '^cosine(heads=2): [0-9]* checks 
 check "'own --help' does not call itself own" grep -q '^Usage: [^ ]*own ' "$work/help.txt"
 "$own" check "cosine(heads=2" > "$work/error.txt" 2>&1 && { echo "own-project: a bad spec passes 'own check'" >&2; exit 1; }
 check "'own check' errors do not start with 'own check:'" grep -q '^own check: ' "$work/error.txt"
+"$own" run no_such_experiment > "$work/error.txt" 2>&1 && { echo "own-project: 'own run no_such_experiment' passes" >&2; exit 1; }
+check "'own run' errors do not start with 'own run:'" grep -q '^own run: ' "$work/error.txt"
 "$own" list > "$work/list.txt"
 check "'own list' lacks cosine_recall" grep -q 'cosine_recall' "$work/list.txt"
 check "'own list' lacks the built-in example" grep -q '^  example' "$work/list.txt"
