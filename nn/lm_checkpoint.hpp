@@ -18,9 +18,34 @@ struct LoadedLM {
   Metadata metadata;  // everything in the file's metadata, "lm.*" included
 };
 // FileError names the path when the file is not a CausalLM checkpoint or a key is missing or
-// malformed, or a weight is not finite; the weights are loaded strictly. A file without
-// lm.positions has learned positions.
+// malformed, when the header's tensors do not fit the metadata (check_causal_lm_header, before
+// the model is built or any tensor data read), or a weight is not finite; the weights are loaded
+// strictly. A file without lm.positions has learned positions.
 LoadedLM load_causal_lm(const std::string& path);
+
+// Where the values of an LMConfig were read, for the messages of check_causal_lm_header: a
+// CausalLM file's metadata (the default) or a run's config.toml and task.
+struct LMConfigOrigin {
+  std::string source = "the metadata";  // "<source> gives <key> = <value>"
+  std::string d_model = "lm.d_model", layers = "lm.layers", vocab_size = "lm.vocab_size", max_len = "lm.max_len",
+              ffn_hidden = "lm.ffn_hidden";
+  std::string prefix;  // of the model's tensors in the file ("model." in a runner checkpoint)
+};
+
+// The blocks a header holds (tensors "<prefix>blocks.<i>.*", i = 0 .. n-1) against `layers`:
+// FileError "<path>: holds n blocks, but <source> gives <layers key> = <layers>".
+void check_block_count(const std::map<std::string, Dims>& shapes, int64_t layers, const std::string& path,
+                       const LMConfigOrigin& origin = {});
+
+// Compares the tensors a file's header declares (safetensors_shapes: names and shapes, no data)
+// with the CausalLM `config` describes, before anything of the size of the model is built:
+// tok_emb (V, D), pos_emb (max_len, D) with learned positions, the blocks present (blocks.0 ..)
+// against `layers`, block 0's ffn.fc1 (hidden, D), then every name, shape and the tensor count
+// against a model of one block (built once those sizes agree). With positions "none", max_len
+// bounds the decoding caches only, which must fit in physical memory. FileError naming `path`,
+// the key, the value it gives and what the file holds.
+void check_causal_lm_header(const std::map<std::string, Dims>& shapes, const LMConfig& config, const std::string& path,
+                            const LMConfigOrigin& origin = {});
 
 // FileError "<path>: tensor '<prefix><name>' holds N non-finite values (the first, nan, at flat
 // index i)" for the first floating-point tensor holding a NaN or an infinity: a model with such

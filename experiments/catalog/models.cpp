@@ -137,7 +137,10 @@ std::shared_ptr<nn::EncoderClassifier> copy_classifier(const nn::EncoderClassifi
   return out;
 }
 
-std::shared_ptr<nn::CausalLM> build_lm(const Config& c, const TaskData& t) {
+namespace {
+
+// The CausalLM of a config and task, unbuilt.
+nn::LMConfig lm_config(const Config& c, const TaskData& t) {
   if (!t.language_model) fail<ConfigError>("model: task '{}' is not a language-modelling task (fortunes)", t.name);
   nn::LMConfig l;
   l.block = block_config(c);
@@ -145,7 +148,13 @@ std::shared_ptr<nn::CausalLM> build_lm(const Config& c, const TaskData& t) {
   l.vocab_size = t.vocab_size;
   l.max_len = t.seq_len;
   l.positions = positions(c);
-  return std::make_shared<nn::CausalLM>(l);
+  return l;
+}
+
+}  // namespace
+
+std::shared_ptr<nn::CausalLM> build_lm(const Config& c, const TaskData& t) {
+  return std::make_shared<nn::CausalLM>(lm_config(c, t));
 }
 
 std::shared_ptr<nn::Module> build_model(const Config& c, const TaskData& t) {
@@ -200,24 +209,24 @@ std::map<std::string, T> model_entries(const std::map<std::string, T>& state) {
 
 using Shapes = std::map<std::string, Dims>;
 
-// Checks the checkpoint's shapes against those the config gives before the model is built:
-// tok_emb (V, D), pos_emb (context, D) with learned positions, lm_head (V, D), model.layers blocks.
-void check_lm_shapes(const Shapes& w, const nn::LMConfig& l, const std::string& file) {
-  const int64_t V = l.vocab_size, D = l.block.d_model;
-  auto expect = [&](const std::string& name, Dims shape, const std::string& from) {
-    auto it = w.find(name);
-    if (it == w.end()) fail<FileError>("{}: no tensor 'model.{}' (the run's config.toml gives {})", file, name, from);
-    if (it->second != shape)
-      fail<FileError>("{}: 'model.{}' has shape {}, but the run's config.toml gives {} ({})", file, name,
-                      to_string(it->second), to_string(shape), from);
-  };
-  expect("tok_emb.weight", {V, D}, fmt::format("vocabulary {} x model.d_model {}", V, D));
-  expect("lm_head.weight", {V, D}, fmt::format("vocabulary {} x model.d_model {}", V, D));
-  if (l.positions == "learned") expect("pos_emb.weight", {l.max_len, D}, fmt::format("task.length {} rows", l.max_len));
-  int64_t blocks = 0;
-  while (w.count(fmt::format("blocks.{}.norm1.weight", blocks))) ++blocks;
-  if (blocks != l.layers)
-    fail<FileError>("{}: holds {} blocks, but the run's config.toml gives model.layers = {}", file, blocks, l.layers);
+// Where a run's model sizes come from, for the messages of nn::check_causal_lm_header.
+nn::LMConfigOrigin run_origin() {
+  return {.source = "the run's config.toml",
+          .d_model = "model.d_model",
+          .layers = "model.layers",
+          .vocab_size = "vocabulary",
+          .max_len = "task.length",
+          .ffn_hidden = "model.ffn_hidden",
+          .prefix = "model."};
+}
+
+// The run's checkpoint header against its config, before the model is built: a CausalLM's every
+// tensor (nn::check_causal_lm_header), a classifier's blocks against model.layers.
+void check_checkpoint_header(const Config& config, const TaskData& task, const Shapes& shapes, const std::string& file) {
+  if (task.language_model)
+    nn::check_causal_lm_header(shapes, lm_config(config, task), file, run_origin());
+  else
+    nn::check_block_count(shapes, config.get_int("model.layers"), file, run_origin());
 }
 
 // Every name and shape of `model` equal to the checkpoint's, or a FileError listing the first differences.
@@ -245,19 +254,21 @@ void check_same_shapes(const nn::Module& model, const Shapes& w, const std::stri
 LoadedRun load_run(const std::filesystem::path& dir) {
   Config config = run_config(dir);
   TaskData task = runner::make_task(config);
+  const std::string file = (dir / "checkpoint.safetensors").string();
+  Metadata md;
+  const Shapes shapes = safetensors_shapes(file, &md);  // the header only
+  check_checkpoint_header(config, task, shapes, file);
   manual_seed(uint64_t(config.get_int("seed")));
   auto model = build_model(config, task);
-  Metadata md;
-  TensorMap state = load_safetensors((dir / "checkpoint.safetensors").string(), &md);
-  model->load_state_dict(model_entries(state));
+  if (!task.language_model) check_same_shapes(*model, model_entries(shapes), file);
+  model->load_state_dict(model_entries(load_safetensors(file)));
   model->eval();
   int64_t step = 0;
   if (auto it = md.find("step"); it != md.end()) {
     const std::string& s = it->second;
     auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), step);
     if (ec != std::errc() || end != s.data() + s.size() || step < 0)
-      fail<FileError>("{}: checkpoint metadata 'step' is \"{}\", not a non-negative integer",
-                      (dir / "checkpoint.safetensors").string(), s);
+      fail<FileError>("{}: checkpoint metadata 'step' is \"{}\", not a non-negative integer", file, s);
   }
   return {std::move(config), std::move(task), model, step};
 }
@@ -275,17 +286,9 @@ nn::LoadedLM load_lm_run(const std::filesystem::path& path) {
   if (!std::filesystem::exists(file))
     fail<FileError>("{}: no checkpoint (the run saved none yet)", file);
   Metadata md;
-  const Shapes shapes = model_entries(safetensors_shapes(file, &md));  // the header only
-  nn::LMConfig l;  // what build_lm builds, to check the shapes before allocating the model
-  l.block.d_model = config.get_int("model.d_model");
-  l.layers = config.get_int("model.layers");
-  l.vocab_size = task.vocab_size;
-  l.max_len = task.seq_len;
-  l.positions = positions(config);
-  check_lm_shapes(shapes, l, file);
+  check_checkpoint_header(config, task, safetensors_shapes(file, &md), file);  // the header only
   manual_seed(uint64_t(config.get_int("seed")));
   std::shared_ptr<nn::CausalLM> model = build_lm(config, task);
-  check_same_shapes(*model, shapes, file);
   const TensorMap weights = model_entries(load_safetensors(file));
   nn::check_finite_weights(weights, file, "model.");
   model->load_state_dict(weights);

@@ -209,9 +209,12 @@ std::string check_shape(const Subject& s) {
   return "output (B, N, D), finite: " + seen;
 }
 
-// Changes x at the positions `moved(b, n)` and compares the other rows of the output.
-double perturbed_difference(nn::Attention& a, const std::vector<double>& x, const Dims& shape, const Tensor& mask,
-                            bool causal, const std::function<bool(int64_t, int64_t)>& moved, uint64_t seed) {
+using Forward = std::function<Tensor(const Tensor&)>;
+using Rows = std::function<bool(int64_t, int64_t)>;
+
+// Changes x at the positions `moved(b, n)` and compares the other rows of `f`'s output.
+double perturbed_difference(const Forward& f, const std::vector<double>& x, const Dims& shape, const Rows& moved,
+                            uint64_t seed) {
   std::vector<double> y = x;
   Generator gen(seed);
   const auto noise = randn(shape, gen, kFloat64).to_vector<double>();
@@ -220,22 +223,54 @@ double perturbed_difference(nn::Attention& a, const std::vector<double>& x, cons
     const int64_t row = int64_t(j) / D;
     if (moved(row / N, row % N)) y[j] += 3 * noise[j];
   }
-  Tensor before = a.forward(from_vector(x, shape), {}, mask, causal).output;
-  Tensor after = a.forward(from_vector(y, shape), {}, mask, causal).output;
+  Tensor before = f(from_vector(x, shape));
+  Tensor after = f(from_vector(y, shape));
   return row_difference(after, before, [&](int64_t b, int64_t n) { return !moved(b, n); });
+}
+
+double perturbed_difference(nn::Attention& a, const std::vector<double>& x, const Dims& shape, const Tensor& mask,
+                            bool causal, const Rows& moved, uint64_t seed) {
+  return perturbed_difference([&](const Tensor& in) { return a.forward(in, {}, mask, causal).output; }, x, shape,
+                              moved, seed);
+}
+
+// The accepted lengths the checks that move inputs run at: the shortest and the second.
+std::vector<int64_t> lengths(const Subject& s) {
+  return s.n_long == s.n ? std::vector<int64_t>{s.n} : std::vector<int64_t>{s.n, s.n_long};
+}
+
+// Key masks (2, 1, 1, N) that the key_mask and causal_key_mask checks apply, each with a name:
+// tail padding (batch b pads its last b + 1 keys), the second half (batch 0) and the last quarter
+// (batch 1), and holes (every third key), so that variants working in blocks see whole blocks and
+// partial ones masked. Key 0 stays allowed.
+std::vector<std::pair<std::string, std::vector<bool>>> key_paddings(int64_t n) {
+  std::vector<bool> half(2 * n, true), holes(2 * n, true);
+  for (int64_t m = std::max<int64_t>(1, n / 2); m < n; ++m) half[m] = false;
+  for (int64_t m = std::max<int64_t>(1, n - n / 4); m < n; ++m) half[n + m] = false;
+  for (int64_t m = 1; m < n; ++m) holes[m] = m % 3 != 2, holes[n + m] = m % 3 != 1;
+  return {{"tail", padding(2, n)}, {"half", half}, {"holes", holes}};
 }
 
 std::string check_key_mask(const Subject& s) {
   Layer a = build(s);
-  const Dims shape{2, s.n, s.options.d_model};
-  const std::vector<double> x = input_values(2, s.n, s.options.d_model, s.options.seed + 2);
-  const std::vector<bool> pad = padding(2, s.n);
-  const Tensor mask = from_vector(pad, {2, 1, 1, s.n});
-  if (auto no = rejection(s, [&] { a->forward(from_vector(x, shape), {}, mask); })) throw Skip{"takes no mask: " + *no};
-  auto masked = [&](int64_t b, int64_t n) { return !pad[b * s.n + n]; };
-  const double d = perturbed_difference(*a, x, shape, mask, false, masked, s.options.seed + 3);
-  require_close(s, d, "the unmasked rows moved when the masked positions' inputs changed");
-  return "key padding: the other rows do not move when masked positions change (difference " + fmt_diff(d) + ")";
+  double d = 0;
+  std::vector<std::string> seen;
+  for (int64_t n : lengths(s)) {
+    const Dims shape{2, n, s.options.d_model};
+    const std::vector<double> x = input_values(2, n, s.options.d_model, s.options.seed + 2);
+    for (const auto& [kind, pad] : key_paddings(n)) {
+      const Tensor mask = from_vector(pad, {2, 1, 1, n});
+      if (auto no = rejection(s, [&] { a->forward(from_vector(x, shape), {}, mask); })) throw Skip{"takes no mask: " + *no};
+      auto masked = [&](int64_t b, int64_t m) { return !pad[b * n + m]; };
+      d = std::max(d, perturbed_difference(*a, x, shape, mask, false, masked, s.options.seed + 3));
+      require_close(s, d, fmt::format("N={}, {} padding: the unmasked rows moved when the masked positions' inputs changed",
+                                      n, kind));
+    }
+    seen.push_back(std::to_string(n));
+  }
+  return fmt::format("key padding (tail, half, holes) at N = {}: the other rows do not move when masked positions change "
+                     "(difference {})",
+                     fmt::join(seen, ", "), fmt_diff(d));
 }
 
 std::string check_causal(const Subject& s) {
@@ -251,27 +286,113 @@ std::string check_causal(const Subject& s) {
                      fmt_diff(d));
 }
 
+// Causal with a key mask: changing the masked positions and every position from a cut on moves
+// no earlier unmasked row, for cuts 1, N/2 and N-1, at each length and key padding.
+std::string check_causal_key_mask(const Subject& s) {
+  if (!s.causal) throw Skip{"not causal"};
+  Layer a = build(s);
+  double d = 0;
+  int64_t tried = 0;
+  for (int64_t n : lengths(s)) {
+    const Dims shape{2, n, s.options.d_model};
+    const std::vector<double> x = input_values(2, n, s.options.d_model, s.options.seed + 20);
+    for (const auto& [kind, pad] : key_paddings(n)) {
+      const Tensor mask = from_vector(pad, {2, 1, 1, n});
+      if (auto no = rejection(s, [&] { a->forward(from_vector(x, shape), {}, mask, true); }))
+        throw Skip{"takes no key mask with causal: " + *no};
+      for (int64_t cut : {int64_t(1), n / 2, n - 1}) {
+        auto moved = [&](int64_t b, int64_t m) { return m >= cut || !pad[b * n + m]; };
+        d = std::max(d, perturbed_difference(*a, x, shape, mask, true, moved, s.options.seed + 21 + cut));
+        require_close(s, d, fmt::format("N={}, {} padding, causal: rows before {} moved when positions {}.. or masked "
+                                        "ones changed",
+                                        n, kind, cut, cut));
+        ++tried;
+      }
+    }
+  }
+  return fmt::format("{} cases (lengths, tail/half/holes padding, cuts 1, N/2, N-1): no earlier unmasked row moves when "
+                     "later or masked positions change (difference {})",
+                     tried, fmt_diff(d));
+}
+
+// Segment ids (2, N) of packed rows: batch 0 holds documents [0, N/4), [N/4, 3N/4), [3N/4, N),
+// batch 1 [0, N/2), [N/2, N).
+std::vector<int64_t> packed_ids(int64_t n) {
+  std::vector<int64_t> ids(2 * n);
+  for (int64_t m = 0; m < n; ++m) {
+    ids[m] = (m >= n / 4) + (m >= 3 * n / 4);
+    ids[n + m] = m >= n / 2;
+  }
+  return ids;
+}
+
+// Packed rows (forward_packed): changing the inputs of one parity of documents moves no row of
+// the other parity's documents, plain and causal; with causal also, changing the positions from a
+// cut on (each document boundary and N/2) moves no earlier row.
+std::string check_segments(const Subject& s) {
+  Layer a = build(s);
+  double d = 0;
+  int64_t tried = 0;
+  for (int64_t n : lengths(s)) {
+    const Dims shape{2, n, s.options.d_model};
+    const std::vector<int64_t> ids = packed_ids(n);
+    const Tensor segment_ids = from_vector(ids, {2, n});
+    const std::vector<double> x = input_values(2, n, s.options.d_model, s.options.seed + 30);
+    if (auto no = rejection(s, [&] { a->forward_packed(from_vector(x, shape), segment_ids); }))
+      throw Skip{"takes no segment ids: " + *no};
+    std::vector<bool> modes{false};
+    if (s.causal) modes.push_back(true);
+    for (bool causal : modes) {
+      auto f = [&](const Tensor& in) { return a->forward_packed(in, segment_ids, {}, causal).output; };
+      for (int64_t parity : {0, 1}) {
+        auto moved = [&](int64_t b, int64_t m) { return ids[b * n + m] % 2 == parity; };
+        d = std::max(d, perturbed_difference(f, x, shape, moved, s.options.seed + 31 + parity));
+        require_close(s, d, fmt::format("N={}{}: rows of documents {} moved when the other documents' inputs changed", n,
+                                        causal ? ", causal" : "", parity ? "0 and 2" : "1"));
+        ++tried;
+      }
+      if (!causal) continue;
+      for (int64_t cut : {n / 4, n / 2, 3 * n / 4}) {
+        if (cut < 1) continue;
+        auto future = [&](int64_t, int64_t m) { return m >= cut; };
+        d = std::max(d, perturbed_difference(f, x, shape, future, s.options.seed + 33 + cut));
+        require_close(s, d, fmt::format("N={}, causal: rows before {} moved when positions {}.. changed", n, cut, cut));
+        ++tried;
+      }
+    }
+  }
+  return fmt::format("{} cases (lengths, other documents{}): no row moves when another document's{} inputs change "
+                     "(difference {})",
+                     tried, s.causal ? ", causal, cuts at N/4, N/2, 3N/4" : "", s.causal ? " or a later position's" : "",
+                     fmt_diff(d));
+}
+
 std::string check_masked_row(const Subject& s) {
   Layer a = build(s);
   Tensor x = input(2, s.n, s.options.d_model, s.options.seed + 6);
   EmptyRowMask m = accepted_empty_row_mask(s, *a, x);
   auto r = a->forward(x, {}, m.allowed, false, true);
   if (!all_finite(r.output)) fail<ValueError>("output with {} is not finite", m.kind);
-  // What a row whose heads all output zero gives: the layer with head_mask = 0 (out_proj's bias
-  // and whatever follows the heads), or zeros for a variant without head_mask.
-  Tensor want = zeros_like(r.output);
-  bool has_head_mask = false;
+  // The rule: a row with no allowed key equals what the layer gives when every head outputs
+  // zero. That output (out_proj's bias and whatever follows the heads) is the layer's with
+  // head_mask = 0, so a variant that takes masks needs the buffer head_mask.
+  Tensor head_mask;
   for (auto& [name, b] : a->named_buffers())
-    if (name == "head_mask") {
-      NoGradGuard no_grad;
-      kernels::copy_(b, zeros_like(b));
-      want = a->forward(x).output;
-      has_head_mask = true;
-    }
+    if (name == "head_mask") head_mask = b;
+  if (!head_mask.defined())
+    fail<ValueError>("no buffer head_mask: a variant that takes masks registers head_mask (h), ones, and multiplies "
+                     "head i's output by head_mask[i] before its output projection, so that the output of all-zero "
+                     "heads, which a fully masked row must equal, is defined (docs/attention.md, \"Adding a variant\")");
+  Tensor want;
+  {
+    NoGradGuard no_grad;
+    kernels::copy_(head_mask, zeros_like(head_mask));
+    want = a->forward(x).output;
+  }
   auto empty = [&](int64_t b, int64_t n) { return bool(m.empty[b * s.n + n]); };
   const double d = row_difference(r.output, want, empty);
-  require_close(s, d, fmt::format("fully masked rows ({}) differ from {}", m.kind,
-                                  has_head_mask ? "the output of all-zero heads" : "zero"));
+  require_close(s, d, fmt::format("fully masked rows ({}) differ from the output of all-zero heads (head_mask = 0)",
+                                  m.kind));
   std::string att = "no attention returned";
   if (r.attention.defined()) {
     const auto p = r.attention.to_vector<double>();
@@ -284,7 +405,7 @@ std::string check_masked_row(const Subject& s) {
               fail<ValueError>("attention[{}, {}, {}, {}] = {} in a fully masked row", b, h, n, k, p[((b * H + h) * N + n) * M + k]);
     att = "their attention rows are zero";
   }
-  return fmt::format("{}: those rows equal {} ({}); {}", m.kind, has_head_mask ? "all-zero heads" : "zero", fmt_diff(d), att);
+  return fmt::format("{}: those rows equal the output of all-zero heads ({}); {}", m.kind, fmt_diff(d), att);
 }
 
 // Cross-attention where the layer takes a context (B, M, D), M != N: output (B, N, D); with a key
@@ -515,6 +636,8 @@ const std::vector<std::pair<std::string, CheckFn>>& checks() {
       {"shape", check_shape},
       {"key_mask", check_key_mask},
       {"causal", check_causal},
+      {"causal_key_mask", check_causal_key_mask},
+      {"segments", check_segments},
       {"masked_row", check_masked_row},
       {"cross", check_cross},
       {"state_dict", check_state_dict},

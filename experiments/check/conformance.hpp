@@ -40,13 +40,14 @@ struct CheckOptions {
   // Gradcheck: at most this many elements of x and of each parameter, spread evenly.
   int64_t grad_elements = 24;
   // Checks to report as skipped (a variant whose spec makes one of them not apply: lsh's
-  // bucketing sees every position, so masked and future inputs move the others' outputs).
+  // bucketing sees every position, so masked, future and other documents' inputs move the
+  // others' outputs).
   std::set<std::string> skip;
 };
 
 // The check names in the order check_variant reports them: build, spec, shape, key_mask, causal,
-// masked_row, cross, state_dict, prune_heads, gradcheck, gradcheck_masked, forward_step,
-// bad_options.
+// causal_key_mask, segments, masked_row, cross, state_dict, prune_heads, gradcheck,
+// gradcheck_masked, forward_step, bad_options.
 const std::vector<std::string>& check_names();
 
 // Runs every check on the layer make_attention(spec, d_model) builds. A spec that does not parse

@@ -32,15 +32,20 @@ using namespace attnlab;
 bool report_refused_registrations() {
   std::vector<std::string> messages = runner::registration_errors();
   for (const auto& m : nn::variant_registration_errors()) messages.push_back(m);
-  for (const auto& m : messages) std::fprintf(stderr, "attnlab: %s\n", m.c_str());
+  for (const auto& m : messages) std::fprintf(stderr, "%s: %s\n", cli::program_name().c_str(), m.c_str());
   return !messages.empty();
 }
 
 }  // namespace
 
 int attnlab::cli::main(int argc, char** argv) {
+  if (argc > 0) cli::set_program_name(argv[0]);
   if (report_refused_registrations()) return 2;
-  CLI::App app{"attnlab: attention research on a from-scratch C++ autograd engine (docs/cli.md)", "attnlab"};
+  const std::string& program = cli::program_name();
+  CLI::App app{program == "attnlab" ? "attnlab: attention research on a from-scratch C++ autograd engine (docs/cli.md)"
+                                    : program + ": attnlab's commands with this program's own variants and experiments "
+                                                "(attnlab's docs/cli.md)",
+               program};
   app.require_subcommand(1, 1);
   int status = 0;
   std::string command_line;
@@ -55,7 +60,9 @@ int attnlab::cli::main(int argc, char** argv) {
   cli::add_viz_command(app, status);
   cli::add_check_command(app, status);
   for (const cli::Command* c : cli::attention_commands()) cli::add_command(app, *c, status);  // demo, variants, ...
-  app.add_subcommand("version", "print the version")->callback([] { std::puts("attnlab 0.1.0"); });
+  app.add_subcommand("version", "print the version")->callback([&program] {
+    std::puts(program == "attnlab" ? "attnlab 0.1.0" : (program + " (attnlab 0.1.0)").c_str());
+  });
 
   try {
     app.parse(argc, argv);

@@ -11,6 +11,7 @@
 
 namespace attnlab::cli {
 
+
 const std::vector<const Command*>& attention_commands() {
   static const std::vector<const Command*> all = {&kDemoCommand, &kVariantsCommand, &kInspectCommand, &kGenerateCommand,
                                                   &kExplainCommand};
@@ -24,7 +25,7 @@ void add_command(CLI::App& app, const Command& command, int& status) {
 }
 
 int run_command(const Command& command, const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  CLI::App cmd{command.summary, std::string("attnlab ") + command.name};
+  CLI::App cmd{command.summary, program_name() + " " + command.name};
   const CommandBody body = command.define(cmd);
   try {
     std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes the arguments last first
@@ -61,9 +62,10 @@ std::string selected_command(const CLI::App& app) {
 
 int exit_status(const CLI::App* app, const std::string& command, const std::vector<std::string>& args,
                 std::ostream& out, std::ostream& err) {
-  const std::string prefix = command.empty() ? "attnlab: " : "attnlab " + command + ": ";
-  const std::string hint = command.empty() ? "attnlab --help" : "attnlab " + command + " --help";
-  std::string invocation = command.empty() ? "attnlab" : "attnlab " + command;
+  const std::string& program = program_name();
+  const std::string prefix = command.empty() ? program + ": " : program + " " + command + ": ";
+  const std::string hint = command.empty() ? program + " --help" : program + " " + command + " --help";
+  std::string invocation = command.empty() ? program : program + " " + command;
   for (const auto& a : args) invocation += " " + a;
   try {
     throw;

@@ -10,7 +10,7 @@
 // Every command's exit status comes from one place, exit_status below: 0 success, 1 a failure
 // while running (bad spec, file, tensor name, shape or dtype), 2 a usage error (unknown or
 // missing option, unparsable or out-of-range value). Messages go to `err`, one line starting
-// with "attnlab <command>:".
+// with "attnlab <command>:" (the program's own name, program_name(), in a program of one's own).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -20,6 +20,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "experiments/runner/program_name.hpp"
 #include "tensor/error.hpp"
 
 namespace attnlab::cli {
@@ -66,6 +67,10 @@ int run_ngram(const std::vector<std::string>& args, std::ostream& out, std::ostr
 // went wrong and repeats the command line being run. `app` may be null for a body run after parsing.
 int exit_status(const CLI::App* app, const std::string& command, const std::vector<std::string>& args,
                 std::ostream& out, std::ostream& err);
+
+// The program's name for help and error messages (experiments/runner/program_name.hpp).
+using runner::program_name;
+using runner::set_program_name;
 
 // The name of the subcommand `app` selected while parsing ("" when none was).
 std::string selected_command(const CLI::App& app);

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "dist/distributed.hpp"
+#include "experiments/cli/commands.hpp"
 #include "experiments/runner/experiment.hpp"
 #include "experiments/runner/task.hpp"
 
@@ -53,7 +54,7 @@ int run_list(const std::string& name, std::ostream& out, std::ostream& err) {
     try {
       e = &runner::find_experiment(name);
     } catch (const Error& ex) {
-      err << "attnlab list: " << ex.what() << "\n";
+      err << program_name() << " list: " << ex.what() << "\n";
       return 2;
     }
     out << e->name << ": " << e->description << "\n\nkeys (default, type):\n";

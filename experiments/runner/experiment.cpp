@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <cmath>
@@ -20,8 +21,10 @@
 
 #include "dist/distributed.hpp"
 #include "experiments/runner/dir_lock.hpp"
+#include "experiments/runner/program_name.hpp"
 #include "experiments/runner/task.hpp"
 #include "experiments/runner/trainer.hpp"
+#include "nn/lm_checkpoint.hpp"
 #include "tensor/blas_info.hpp"
 #include "tensor/option_string.hpp"
 #include "tensor/parallel.hpp"
@@ -31,6 +34,9 @@ using json = nlohmann::ordered_json;
 
 namespace attnlab::runner {
 namespace {
+
+// "attnlab run: ", with the name of the program running (own run: ... in a project's own program).
+std::string run_prefix() { return program_name() + " run: "; }
 
 // The checkpoint's step is stored twice, in the metadata and as this tensor, and the Trainer
 // stores it a third time ("trainer.step"); a checkpoint is used only when they agree.
@@ -269,6 +275,21 @@ Config resolve_config(const Experiment& e, const std::string& preset, const std:
   return c;
 }
 
+// A resumed run's checkpoint against the config's model.layers, from the header alone, before the
+// experiment builds its model: a checkpoint holding another number of blocks is refused at once.
+// (Any other misfit is the strict load's error once the model exists.)
+namespace {
+void check_checkpoint_blocks(const Config& config, const fs::path& ckpt) {
+  if (!config.schema().find("model.layers")) return;
+  const std::map<std::string, Dims> shapes = safetensors_shapes(ckpt.string());
+  const bool has_blocks = std::any_of(shapes.begin(), shapes.end(),
+                                      [](const auto& e) { return e.first.rfind("model.blocks.", 0) == 0; });
+  if (!has_blocks) return;
+  nn::check_block_count(shapes, config.get_int("model.layers"), ckpt.string(),
+                        {.source = "the run's config", .layers = "model.layers", .prefix = "model."});
+}
+}  // namespace
+
 // ---- RunContext ----
 
 RunContext::RunContext(Config config, fs::path dir, Options options)
@@ -280,6 +301,7 @@ RunContext::RunContext(Config config, fs::path dir, Options options)
   int64_t keep_up_to = -1;  // metrics lines to keep: steps <= this
   const fs::path ckpt = dir_ / "checkpoint.safetensors";
   if (fs::exists(ckpt)) {
+    check_checkpoint_blocks(config_, ckpt);
     CheckpointFile c = read_checkpoint_file(ckpt);
     time_offset_ = c.time;
     peak_rss_offset_ = c.peak_rss_mb;
@@ -457,7 +479,7 @@ MetaSession append_meta_session(const std::string& text, const std::string& path
   if (last_world != world_size)
     out.warning += fmt::format("{}warning: resuming with {} ranks, the run's previous process had {}; the micro-batches change, "
                                "so the results differ in the last bits from an uninterrupted run",
-                               out.warning.empty() ? "" : "\nattnlab run: ", world_size, last_world);
+                               out.warning.empty() ? "" : "\n" + run_prefix(), world_size, last_world);
   j["resumed_at"].push_back(now);
   j["segments"].push_back({{"start", now}, {"threads", threads}, {"world_size", world_size}});
   out.text = j.dump(2) + "\n";
@@ -553,13 +575,13 @@ int record_failure(const Experiment& e, const fs::path& dir, RunContext* ctx, co
                    std::ostream& console) {
   const std::string msg = fmt::format("{} failed: {}", e.name, what);
   if (!dist::is_root()) {  // rank 0 keeps the run directory's record
-    console << fmt::format("attnlab run (rank {}): {}\n", dist::rank(), msg) << std::flush;
+    console << fmt::format("{} run (rank {}): {}\n", program_name(), dist::rank(), msg) << std::flush;
     return kExitFailed;
   }
   if (ctx)
-    ctx->log("attnlab run: " + msg);
+    ctx->log(run_prefix() + msg);
   else
-    console << "attnlab run: " << msg << "\n";
+    console << run_prefix() << msg << "\n";
   try {
     json j;
     j["experiment"] = e.name;
@@ -569,7 +591,7 @@ int record_failure(const Experiment& e, const fs::path& dir, RunContext* ctx, co
     j["seconds"] = ctx ? std::round(ctx->seconds() * 1000) / 1000 : 0.0;
     write_text_atomic((dir / "failure.json").string(), j.dump(2) + "\n");
   } catch (const std::exception& ex) {
-    console << "attnlab run: cannot record the failure in " << (dir / "failure.json").string() << ": " << ex.what()
+    console << run_prefix() << "cannot record the failure in " << (dir / "failure.json").string() << ": " << ex.what()
             << "\n";
   }
   return kExitFailed;
@@ -633,7 +655,7 @@ std::optional<Config> validated_config(const RunRequest& r, const Experiment*& e
       check_batch_split(config, dist::world_size());
     return config;
   } catch (const Error& ex) {
-    console << "attnlab run: " << ex.what() << "\n";
+    console << run_prefix() << ex.what() << "\n";
     return std::nullopt;
   }
 }
@@ -650,7 +672,7 @@ int dry_run_experiment(const RunRequest& r, std::ostream& out, std::ostream& con
   try {
     state = examine_run_dir(dir, *e, *config);
   } catch (const std::exception& ex) {
-    console << "attnlab run: " << ex.what() << "\n";
+    console << run_prefix() << ex.what() << "\n";
     return kExitUsage;
   }
   const bool aside = r.force && state.kind != DirState::kFresh && state.kind != DirState::kNotARun;
@@ -664,10 +686,10 @@ int dry_run_experiment(const RunRequest& r, std::ostream& out, std::ostream& con
   else if (state.kind == DirState::kComplete)
     plan = fmt::format("{} holds this complete run: nothing to do", dir.string());
   if (plan.empty()) {
-    console << "attnlab run: config valid, but " << refusal(dir, state) << "\n";
+    console << run_prefix() << "config valid, but " << refusal(dir, state) << "\n";
     return kExitUsage;
   }
-  console << fmt::format("attnlab run: config valid (dry run: nothing created); {}\n", plan);
+  console << run_prefix() << "config valid (dry run: nothing created); " << plan << "\n";
   return kExitComplete;
 }
 
@@ -689,29 +711,29 @@ int prepare_run_dir(const RunRequest& r, const Config& config, const Experiment&
     }
     DirState state = examine_run_dir(dir, e, config);
     if (state.kind == DirState::kNotARun || (state.kind == DirState::kOtherConfig && !r.force)) {
-      console << "attnlab run: " << refusal(dir, state) << "\n";
+      console << run_prefix() << refusal(dir, state) << "\n";
       return kExitUsage;
     }
     if (r.force && state.kind != DirState::kFresh) {
       const fs::path aside = set_aside_name(dir);
       fs::rename(without_trailing_slash(dir), aside);  // the lock's file goes with it, still held
-      console << "attnlab run: --force: moved " << dir.string() << " to " << aside.string() << "\n";
+      console << run_prefix() << "--force: moved " << dir.string() << " to " << aside.string() << "\n";
       fs::create_directories(dir);
       lock = std::make_unique<DirLock>(dir, r.wait);  // the new directory's, then the old one's released
     } else if (state.kind == DirState::kComplete) {
-      console << "attnlab run: " << dir.string()
+      console << run_prefix() << dir.string()
               << " holds this complete run (summary.json, same config); nothing to do (--force starts it afresh)\n";
       return kExitComplete;
     }
     fs::create_directories(dir);
     fs::remove(dir / "failure.json");  // the record of a failed attempt; this process runs the run again
     write_text_atomic((dir / "config.toml").string(), config.to_toml());
-    if (const std::string warning = write_meta(dir, r); !warning.empty()) console << "attnlab run: " << warning << "\n";
+    if (const std::string warning = write_meta(dir, r); !warning.empty()) console << run_prefix() << warning << "\n";
   } catch (const Error& ex) {
-    console << "attnlab run: " << ex.what() << "\n";
+    console << run_prefix() << ex.what() << "\n";
     return kExitFailed;
   } catch (const fs::filesystem_error& ex) {
-    console << "attnlab run: " << ex.what() << "\n";
+    console << run_prefix() << ex.what() << "\n";
     return kExitFailed;
   }
   return kProceed;

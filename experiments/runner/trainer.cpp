@@ -224,12 +224,14 @@ std::vector<optim::ParamGroup> make_param_groups(const nn::NamedTensors& named, 
 
 InitFromResult init_from_checkpoint(nn::Module& model, const std::string& path) {
   InitFromResult result{.file = init_checkpoint_file(path).string()};
-  const TensorMap saved = strip_prefix("model.", load_safetensors(result.file));
+  // The header first: a file whose tensors do not fit the model is refused before any data is read.
+  std::map<std::string, Dims> saved;
+  for (const auto& [name, shape] : safetensors_shapes(result.file))
+    if (name.rfind("model.", 0) == 0) saved[name.substr(6)] = shape;
   if (saved.empty())
     fail<ConfigError>("train.init_from: {} holds no 'model.' tensors (not a Trainer checkpoint)", result.file);
   const TensorMap own = model.state_dict();
-  std::vector<std::string> problems;
-  TensorMap take;
+  std::vector<std::string> problems, take;
   for (const auto& [name, t] : own) {
     auto it = saved.find(name);
     if (it == saved.end()) {
@@ -237,14 +239,14 @@ InitFromResult init_from_checkpoint(nn::Module& model, const std::string& path) 
         result.fresh_gates.push_back(name);
       else
         problems.push_back(fmt::format("'{}' is not in the checkpoint", name));
-    } else if (it->second.shape() != t.shape()) {
+    } else if (it->second != t.shape()) {
       problems.push_back(fmt::format("'{}' has shape {} in the checkpoint but {} in the model", name,
-                                     to_string(it->second.shape()), to_string(t.shape())));
+                                     to_string(it->second), to_string(t.shape())));
     } else {
-      take.emplace(name, it->second);
+      take.push_back(name);
     }
   }
-  for (const auto& [name, t] : saved) {
+  for (const auto& [name, shape] : saved) {
     if (own.count(name)) continue;
     if (is_gate_tensor(name))
       result.unused_gates.push_back(name);
@@ -253,8 +255,11 @@ InitFromResult init_from_checkpoint(nn::Module& model, const std::string& path) 
   }
   if (!problems.empty())
     fail<ConfigError>("train.init_from: {} does not fit the model: {}", result.file, fmt::join(problems, "; "));
-  model.load_state_dict(take, /*strict=*/false);
-  result.loaded = int64_t(take.size());
+  const TensorMap data = strip_prefix("model.", load_safetensors(result.file));
+  TensorMap chosen;
+  for (const std::string& name : take) chosen.emplace(name, data.at(name));
+  model.load_state_dict(chosen, /*strict=*/false);
+  result.loaded = int64_t(chosen.size());
   return result;
 }
 

@@ -56,9 +56,21 @@ SinkhornAttention::SinkhornAttention(int64_t d_model, const HeadConfig& head, co
   if (sort_net->bias.defined()) init::zeros_(sort_net->bias);       // (nb_max)
 }
 
-Tensor SinkhornAttention::sort_matrix(const Tensor& x) {
+Tensor SinkhornAttention::sort_matrix(const Tensor& x, const Tensor& keys) {
   const int64_t B = x.size(0), N = x.size(1), D = x.size(2), b = settings.block, nb = N / b;
-  Tensor s = mean(reshape(x, {B, nb, b, D}), {2});                                  // (B, nb, D)
+  Tensor blocks = reshape(x, {B, nb, b, D});                                        // (B, nb, b, D)
+  Tensor s;                                                                         // (B, nb, D)
+  if (!keys.defined()) {
+    s = mean(blocks, {2});
+  } else {
+    // A position masked in every head is padding: it must not move the sort, so that no masked
+    // input moves an unmasked output. The summary averages the allowed positions only.
+    const int64_t Bk = keys.size(0);
+    Tensor heads = to(expand(keys, {Bk, keys.size(1), 1, N}), x.dtype());          // (B|1, h|1, 1, N)
+    Tensor present = reshape(gt(sum(heads, {1, 2}), 0.0), {Bk, nb, b, 1});         // (B|1, nb, b, 1)
+    Tensor count = sum(to(present, x.dtype()), {2});                               // (B|1, nb, 1)
+    s = sum(where(present, blocks, 0.0), {2}) / clamp(count, 1.0, double(b));       // (B, nb, D); 0 if none
+  }
   Tensor r = matmul(s, transpose(narrow(sort_net->weight, 0, 0, nb), 0, 1));        // (B, nb, nb)
   if (sort_net->bias.defined()) r = r + narrow(sort_net->bias, 0, 0, nb);           // (B, nb, nb)
   r = r * (1.0 / settings.temperature);
@@ -99,7 +111,7 @@ AttentionResult SinkhornAttention::forward(const Tensor& x, const Tensor& contex
     Tensor sorted = expand(reshape(any_block, {Bk, hk, 1, 1, b}), {Bk, hk, nb, 1, b});    // (B|1, h|1, nb, 1, b)
     allowed = cat({own, sorted}, -1);                                                      // (B|1, h|1, nb, 1, 2b)
   }
-  Tensor perm = unsqueeze(sort_matrix(x), 1);                                       // (B, 1, nb, nb)
+  Tensor perm = unsqueeze(sort_matrix(x, keys), 1);                                 // (B, 1, nb, nb)
   Tensor k_sorted = reshape(matmul(perm, reshape(k, {B, h, nb, b * dk})), {B, h, nb, b, dk});  // (B, h, nb, b, dk)
   Tensor v_sorted = reshape(matmul(perm, reshape(v, {B, h, nb, b * dv})), {B, h, nb, b, dv});  // (B, h, nb, b, dv)
   Tensor k_joint = cat({reshape(k, {B, h, nb, b, dk}), k_sorted}, 3);               // (B, h, nb, 2b, dk)

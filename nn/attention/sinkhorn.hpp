@@ -4,7 +4,7 @@
 // by all heads, and query block i attends jointly to its own block and to the sorted block
 // K~_i = sum_j P[i, j] K_j:
 //
-//   s_j = mean of x over block j                         (B, nb, D)
+//   s_j = mean of x over the allowed positions of block j (0 if none)   (B, nb, D)
 //   R = (s sort_net^T + bias)[:, :nb] / temperature     (B, nb, nb)
 //   iters times: R -= logsumexp over j (rows); R -= logsumexp over i (columns);  P = exp(R)
 //   K~_i = sum_j P[i, j] K_j,  V~_i = sum_j P[i, j] V_j  (blocks of b rows)
@@ -16,7 +16,9 @@
 //   att[n, j*b + r] = allowed(j*b + r) * ([j == i] p_own[n, r] + P[i, j] p_sorted[n, r])
 // for query n in block i, so that O = att V exactly.
 // Key masks only: masked K and V rows are zeroed before sorting; sorted slot r is allowed iff
-// some key j*b + r is. Self-attention only; N a multiple of b and N <= max_len; not causal.
+// some key j*b + r is; a position masked in every head is padding and leaves the block summaries,
+// so no masked input moves an unmasked output. Self-attention only; N a multiple of b and
+// N <= max_len; not causal.
 #pragma once
 #include "nn/attention/projected.hpp"
 
@@ -43,8 +45,9 @@ class SinkhornAttention : public ProjectedAttention {
     reject_segment_ids("sinkhorn", "it takes key masks only (constant along N), and a segment mask varies along N");
   }
   std::string type_name() const override { return "SinkhornAttention"; }
-  // The sort matrix P (B, nb, nb) for x (B, N, D), N = nb * b.
-  Tensor sort_matrix(const Tensor& x);
+  // The sort matrix P (B, nb, nb) for x (B, N, D), N = nb * b, and an optional key mask
+  // (B|1, h|1, 1, N) whose positions masked in every head leave the block summaries.
+  Tensor sort_matrix(const Tensor& x, const Tensor& keys = {});
 
   SinkhornConfig settings;
   std::shared_ptr<Linear> sort_net;  // weight (nb_max, D), bias (nb_max)

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <fmt/ranges.h>
+
 #include "helpers.hpp"
 #include "experiments/check/conformance.hpp"
 #include "experiments/cli/check.hpp"
@@ -29,11 +31,9 @@ bool skipped(const std::vector<check::CheckResult>& results, const std::string& 
 // Checks that do not apply by the variant's own spec (docs/attention.md).
 check::CheckOptions options_for(const std::string& name) {
   check::CheckOptions o;
-  // lsh: every position is hashed and sorted into chunks, masked and future ones too, so they
-  // move which keys share a chunk with a query. sinkhorn: the sort matrix is made from block
-  // means of x over every position, masked ones included.
-  if (name == "lsh") o.skip = {"key_mask", "causal"};
-  if (name == "sinkhorn") o.skip = {"key_mask"};
+  // lsh: every position is hashed and sorted into chunks, masked, future and other documents'
+  // ones too, so they move which keys share a chunk with a query.
+  if (name == "lsh") o.skip = {"key_mask", "causal", "causal_key_mask", "segments"};
   // Their sizes that default from D/h need a wider model than 8 at 8 heads (rope_size = dk/2
   // even; diff's dk = D/(2h)).
   if (name == "mla" || name == "diff") o.d_model = 32;
@@ -76,6 +76,8 @@ void check_registered(const std::function<bool(const std::string&)>& pick) {
     const std::set<std::string> no_mask = {"fnet", "mixer"};
     const std::set<std::string> not_causal = {"bigbird", "sinkhorn", "linformer", "compressed", "nystrom", "fnet", "mixer"};
     const std::set<std::string> no_pruning = {"fnet", "mixer"};
+    const std::set<std::string> no_segments = {"fnet",     "mixer",    "linformer", "compressed",
+                                               "nystrom",  "sinkhorn", "retention", "lsh"};
     // (sparse_strided and sparse_fixed are causal by default, and causal takes no context)
     const std::set<std::string> self_only = {"synthesizer", "lsh",  "routing",        "sinkhorn",    "fnet",
                                              "mixer",       "retention", "sparse_strided", "sparse_fixed"};
@@ -83,6 +85,8 @@ void check_registered(const std::function<bool(const std::string&)>& pick) {
     CHECK(skipped(results, "masked_row") == (no_mask.count(name) > 0));
     CHECK(skipped(results, "forward_step") == (not_causal.count(name) > 0 || name == "lsh"));
     CHECK(skipped(results, "prune_heads") == (no_pruning.count(name) > 0));
+    CHECK(skipped(results, "causal_key_mask") == (not_causal.count(name) > 0 || no_mask.count(name) > 0 || name == "lsh"));
+    CHECK(skipped(results, "segments") == (no_segments.count(name) > 0));
   }
   CHECK(ran > 0);
 }
@@ -116,6 +120,44 @@ TEST_CASE("conformance with default options: every other registered variant") {
     ++ran;
   }
   CHECK(ran == 0);  // every built-in variant is in a group above
+}
+
+// The checks that move masked, future and other documents' inputs, on every registered variant at
+// lengths 8 and 16, with its block-like sizes at 2 and then 4 and max_len 16: padding then covers
+// whole blocks and parts of blocks, in a sequence shorter than max_len and in one as long.
+TEST_CASE("conformance: key masks, causal with key masks and packed rows at block sizes 2 and 4, lengths 8 and 16") {
+  const std::set<std::string> moving = {"build", "key_mask", "causal_key_mask", "segments"};
+  const std::vector<std::string> sizes = {"block", "chunk", "stride", "window", "landmarks", "proj_len"};
+  int64_t ran = 0, variants = 0;
+  for (const auto& v : nn::variants()) {
+    const std::string name = v.schema.name;
+    if (name == "defective") continue;  // the test variant below
+    ++variants;
+    std::set<std::string> has;
+    for (const auto& o : v.schema.options) has.insert(o.name);
+    for (int64_t size : {2, 4}) {
+      std::vector<std::string> options;
+      if (has.count("heads")) options.push_back("heads=2");
+      for (const std::string& o : sizes)  // (bigbird's window counts blocks and is odd: left at its default)
+        if (has.count(o) && !(o == "window" && has.count("block"))) options.push_back(o + "=" + std::to_string(size));
+      if (has.count("max_len")) options.push_back("max_len=16");
+      // sizes bounded by the block: sparse_fixed's summary columns, bigbird's random blocks (at
+      // block 4, max_len 16 leaves none outside the window and the global blocks)
+      if (has.count("summary")) options.push_back("summary=1");
+      if (has.count("random")) options.push_back(size == 2 ? "random=1" : "random=0");
+      std::string spec = name;
+      if (!options.empty()) spec += "(" + fmt::format("{}", fmt::join(options, ", ")) + ")";
+      CAPTURE(spec);
+      check::CheckOptions o = options_for(name);
+      o.lengths = {8, 16};
+      for (const std::string& c : check::check_names())
+        if (!moving.count(c)) o.skip.insert(c);
+      auto results = conforms(spec, o);
+      CHECK(results[0].detail.find("lengths 8, 16") != std::string::npos);
+      ++ran;
+    }
+  }
+  CHECK(ran == 2 * variants);
 }
 
 TEST_CASE("conformance: mha's options of current models, one at a time and together") {
@@ -168,9 +210,17 @@ class Defective : public nn::MultiHeadAttention {
                               bool need_weights) override {
     if (defect == "ignores_mask") return MultiHeadAttention::forward(x, context, {}, causal, need_weights);
     if (defect == "peeks_ahead") return MultiHeadAttention::forward(x, context, mask, false, need_weights);
+    if (defect == "drops_causal_with_mask" && mask.defined())
+      return MultiHeadAttention::forward(x, context, mask, false, need_weights);
     auto r = MultiHeadAttention::forward(x, context, mask, causal, need_weights);
     if (defect == "wrong_gradient") r.output = r.output + (x - x.detach()) * 0.5;  // same values, another gradient
     return r;
+  }
+  // Packed rows as a variant without its own segment path takes them: a segment mask into forward
+  // (mha's fused kernel would otherwise take the ids itself, past the defects above).
+  nn::AttentionResult forward_segments(const Tensor& x, const Tensor& segment_ids, const Tensor& mask, bool causal,
+                                       bool need_weights) override {
+    return nn::Attention::forward_segments(x, segment_ids, mask, causal, need_weights);
   }
   std::shared_ptr<nn::Attention> prune_heads(const std::vector<int64_t>& keep) const override {
     if (defect == "unnamed_error") fail<ValueError>("cannot prune");
@@ -188,7 +238,8 @@ void register_defective() {
     nn::VariantSchema s = nn::MultiHeadAttention::schema();
     s.name = "defective";
     s.options.push_back({"defect", nn::OptionType::Choice, "none", "the check this layer breaks",
-                         {"none", "ignores_mask", "peeks_ahead", "wrong_gradient", "unnamed_error"}});
+                         {"none", "ignores_mask", "peeks_ahead", "drops_causal_with_mask", "wrong_gradient",
+                          "unnamed_error"}});
     nn::register_variant({s, [](const nn::Options& o, int64_t d) -> std::shared_ptr<nn::Attention> {
                             return std::make_shared<Defective>(d, nn::read_head_config(o, d, o.get_int("heads")),
                                                                o.get_choice("defect"));
@@ -198,12 +249,12 @@ void register_defective() {
   (void)once;
 }
 
-// The names of the checks that failed.
-std::set<std::string> failures(const std::string& spec) {
-  std::set<std::string> out;
+// The names of the checks that failed, in check order, joined by ", ".
+std::string failures(const std::string& spec) {
+  std::vector<std::string> out;
   for (const auto& r : check::check_variant(spec))
-    if (!r.passed) out.insert(r.name);
-  return out;
+    if (!r.passed) out.push_back(r.name);
+  return fmt::format("{}", fmt::join(out, ", "));
 }
 
 }  // namespace
@@ -212,10 +263,17 @@ TEST_CASE("conformance: a user-registered variant is checked, and each defect fa
   register_defective();
   CHECK(failures("defective(heads=2)").empty());
   // (prune_heads returns a plain mha, which the masked defective layer no longer equals)
-  CHECK(failures("defective(heads=2, defect=ignores_mask)") == std::set<std::string>{"key_mask", "masked_row", "cross", "prune_heads"});
-  CHECK(failures("defective(heads=2, defect=peeks_ahead)") == std::set<std::string>{"causal", "forward_step", "prune_heads"});
-  CHECK(failures("defective(heads=2, defect=wrong_gradient)") == std::set<std::string>{"cross", "gradcheck", "gradcheck_masked"});
-  CHECK(failures("defective(heads=2, defect=unnamed_error)") == std::set<std::string>{"prune_heads"});
+  CHECK(failures("defective(heads=2, defect=ignores_mask)") ==
+        "key_mask, causal_key_mask, segments, masked_row, cross, prune_heads");
+  CHECK(failures("defective(heads=2, defect=peeks_ahead)") ==
+        "causal, causal_key_mask, segments, prune_heads, forward_step");
+  // causal without a mask is kept, so `causal` and `forward_step` pass; with a key mask, and with
+  // segment ids (a mask inside forward_packed, as training with task.pack = true), the future leaks
+  CHECK(failures("defective(heads=2, defect=drops_causal_with_mask)") == "causal_key_mask, segments, prune_heads");
+  for (const auto& r : check::check_variant("defective(heads=2, defect=drops_causal_with_mask)"))
+    if (r.name == "causal_key_mask" || r.name == "segments") CHECK_MESSAGE(contains(r.detail, "moved when positions"), r.detail);
+  CHECK(failures("defective(heads=2, defect=wrong_gradient)") == "cross, gradcheck, gradcheck_masked");
+  CHECK(failures("defective(heads=2, defect=unnamed_error)") == "prune_heads");
   // a layer that fails to build is one failed result
   auto r = check::check_variant("mha(heads=3)");
   REQUIRE(r.size() == 1);
@@ -244,7 +302,7 @@ TEST_CASE("attnlab check prints one line per check; exit 0 all pass, 1 a failure
   std::string text;
   CHECK(run({"mha(heads=2)", 8, {}, {}}, &text) == 0);
   for (const std::string& name : check::check_names()) CHECK(contains(text, "PASS  " + name + " "));
-  CHECK(contains(text, "mha(heads=2): 13 checks passed, 0 failed, 0 skipped"));
+  CHECK(contains(text, "mha(heads=2): 15 checks passed, 0 failed, 0 skipped"));
   register_defective();
   CHECK(run({"defective(heads=2, defect=peeks_ahead)", 8, {4, 6}, {}}, &text) == 1);
   CHECK(contains(text, "FAIL  causal "));
@@ -256,4 +314,15 @@ TEST_CASE("attnlab check prints one line per check; exit 0 all pass, 1 a failure
   CHECK(contains(text, "unknown variant no_such_variant"));
   CHECK(run({"mha", 8, {}, {"no_such_check"}}, &text) == 2);
   CHECK(contains(text, "--skip no_such_check: not a check"));
+  // --all: a line per registered variant (the quick checks only, here), then the count
+  cli::CheckCommandOptions all{"", 32, {}, {}, true};
+  for (const std::string& c : check::check_names())
+    if (c != "build" && c != "spec" && c != "shape") all.skip.push_back(c);
+  CHECK(run(all, &text) == 0);
+  for (const auto& v : nn::variants()) CHECK(contains(text, "PASS  " + v.schema.name + " "));
+  CHECK(contains(text, fmt::format("{} variants at d_model 32: {} passed, 0 failed", nn::variants().size(),
+                                   nn::variants().size())));
+  CHECK(run({"", 8, {}, {"gradcheck", "gradcheck_masked", "cross", "prune_heads", "forward_step"}, true}, &text) == 1);
+  CHECK(contains(text, "FAIL  mla "));  // its default rope_size needs a wider model than 8 at 8 heads
+  CHECK(contains(text, "      FAIL  build "));
 }

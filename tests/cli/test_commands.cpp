@@ -73,6 +73,7 @@ TEST_CASE("every command: --help prints its Usage line and exits 0; an unknown o
       {"claims", ""},
       {"analyze", dir.string()},
       {"viz", dir.string()},
+      {"check", "mha"},
       {"demo", ""},
       {"variants", ""},
       {"inspect", "--spec mha --d-model 8 --init"},

@@ -10,7 +10,7 @@
 #include "experiments/catalog/models.hpp"
 #include "experiments/cli/commands.hpp"
 #include "helpers.hpp"
-#include "runner/catalog_run.hpp"
+#include "cli/lm_run.hpp"
 
 using namespace attnlab;
 using namespace attnlab::testing;
@@ -20,27 +20,7 @@ namespace {
 
 CommandRun generate(const std::vector<std::string>& args) { return run_command(cli::run_generate, args); }
 
-// A tiny lm run (width 16, one block, context 24, 3 steps) into a fresh directory.
-fs::path tiny_lm_run(const std::string& name) {
-  const fs::path dir = fresh_run_dir("generate_run", name);
-  std::string console;
-  const int status = run_catalog("lm", dir,
-                                 {"task.length=24", "train.steps=3", "train.eval_every=3", "train.batch_size=2",
-                                  "eval.batches=1", "model.d_model=16", "model.layers=1", "model.ffn_hidden=32",
-                                  "model.attention=mha(heads=2)"},
-                                 {}, &console);
-  REQUIRE_MESSAGE(status == 0, console);
-  return dir;
-}
-
-// config.toml with `from` replaced by `to` (once).
-void edit_config(const fs::path& dir, const std::string& from, const std::string& to) {
-  std::string text = slurp(dir / "config.toml");
-  const size_t at = text.find(from);
-  REQUIRE(at != std::string::npos);
-  text.replace(at, from.size(), to);
-  std::ofstream(dir / "config.toml") << text;
-}
+fs::path tiny_lm_run(const std::string& name) { return testing::tiny_lm_run("generate_run", name); }
 
 }  // namespace
 

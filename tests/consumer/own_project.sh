@@ -1,8 +1,9 @@
 #!/bin/sh
 # examples/own-project as its user builds it: installs this build tree into BUILD/own_project/prefix,
 # configures and builds the example against it with find_package(attnlab), then checks that its
-# program `own` lists the project's variant beside the built-in ones, runs the project's
-# experiment to a complete run, and runs and reports the project's sweep (2 configs x 1 seed).
+# program `own` lists the project's variant beside the built-in ones, passes the conformance suite
+# on it (`own check`), speaks as `own` in its help and errors, runs the project's experiment to a
+# complete run, and runs and reports the project's sweep (2 configs x 1 seed).
 # Usage: own_project.sh SOURCE_DIR BUILD_DIR [BUILD_TYPE] [EXTRA_FLAGS]
 set -e
 src="$1"
@@ -24,6 +25,14 @@ check() {  # check MESSAGE COMMAND...: runs the command, failing with MESSAGE wh
 "$own" variants > "$work/variants.txt"
 check "'own variants' does not list cosine" grep -q '^cosine' "$work/variants.txt"
 check "'own variants' does not list mha" grep -q '^mha' "$work/variants.txt"
+"$own" check "cosine(heads=2)" > "$work/check.txt" 2>&1 || { cat "$work/check.txt" >&2; echo "own-project: 'own check cosine(heads=2)' fails" >&2; exit 1; }
+check "'own check' printed no summary" grep -q '^cosine(heads=2): [0-9]* checks passed, 0 failed' "$work/check.txt"
+"$own" --help > "$work/help.txt"
+check "'own --help' does not call itself own" grep -q '^Usage: [^ ]*own ' "$work/help.txt"
+"$own" check "cosine(heads=2" > "$work/error.txt" 2>&1 && { echo "own-project: a bad spec passes 'own check'" >&2; exit 1; }
+check "'own check' errors do not start with 'own check:'" grep -q '^own check: ' "$work/error.txt"
+"$own" run no_such_experiment > "$work/error.txt" 2>&1 && { echo "own-project: 'own run no_such_experiment' passes" >&2; exit 1; }
+check "'own run' errors do not start with 'own run:'" grep -q '^own run: ' "$work/error.txt"
 "$own" list > "$work/list.txt"
 check "'own list' lacks cosine_recall" grep -q 'cosine_recall' "$work/list.txt"
 check "'own list' lacks the built-in example" grep -q '^  example' "$work/list.txt"

@@ -12,9 +12,10 @@ using namespace attnlab::testing::lowrank;
 
 namespace {
 
-// P (nb, nb) for batch element b: R = (s W^T + bias)[:, :nb] / temperature, then `iters` times
-// rows and columns normalised in log space; P = exp(R).
-Vec sort_matrix(const nn::SinkhornAttention& l, const Tensor& x, int64_t b) {
+// P (nb, nb) for batch element b: s_i the mean of x over the positions of block i that some head
+// allows (`present`; 0 when there is none), R = (s W^T + bias)[:, :nb] / temperature, then
+// `iters` times rows and columns normalised in log space; P = exp(R).
+Vec sort_matrix(const nn::SinkhornAttention& l, const Tensor& x, int64_t b, const std::vector<bool>& present) {
   const int64_t N = x.size(1), D = x.size(2), bs = l.settings.block, nb = N / bs;
   Vec xb = batch(x, b), w = l.sort_net->weight.to_vector<double>();
   Vec bias = l.sort_net->bias.defined() ? l.sort_net->bias.to_vector<double>() : Vec(w.size() / D, 0.0);
@@ -23,9 +24,10 @@ Vec sort_matrix(const nn::SinkhornAttention& l, const Tensor& x, int64_t b) {
     for (int64_t j = 0; j < nb; ++j) {
       double acc = bias[j];
       for (int64_t c = 0; c < D; ++c) {
-        double s = 0;
-        for (int64_t t = 0; t < bs; ++t) s += xb[(i * bs + t) * D + c] / double(bs);
-        acc += s * w[j * D + c];
+        double s = 0, count = 0;
+        for (int64_t t = 0; t < bs; ++t)
+          if (present[i * bs + t]) s += xb[(i * bs + t) * D + c], count += 1;
+        acc += (count > 0 ? s / count : 0.0) * w[j * D + c];
       }
       r[i * nb + j] = acc / l.settings.temperature;
     }
@@ -62,7 +64,10 @@ Twin naive_sinkhorn(const nn::SinkhornAttention& l, const Tensor& x, const Tenso
   std::vector<std::vector<Vec>> o(B, std::vector<Vec>(h));
   Vec att_all;
   for (int64_t b = 0; b < B; ++b) {
-    Vec P = sort_matrix(l, x, b);
+    std::vector<bool> present(N, false);  // allowed in some head
+    for (int64_t i = 0; i < h; ++i)
+      for (int64_t m = 0; m < N; ++m) present[m] = present[m] || allowed[b][i][m];
+    Vec P = sort_matrix(l, x, b, present);
     Vec q = linear(*l.q_proj, batch(x, b), N), k = linear(*l.k_proj, batch(x, b), N);
     Vec v = linear(*l.v_proj, batch(x, b), N);
     for (int64_t i = 0; i < h; ++i) {
@@ -140,6 +145,46 @@ TEST_CASE("sinkhorn matches its dense twin: output and effective attention, key 
     Tensor bias = l.out_proj->bias.defined() ? l.out_proj->bias : zeros({8}, kFloat64);
     for (int64_t n = 0; n < 6; ++n) CHECK(max_diff(select(select(r.output, 0, 1), 0, n), bias) == 0.0);
     for (double e : narrow(r.attention, 0, 1, 1).to_vector<double>()) CHECK(e == 0.0);
+  }
+}
+
+TEST_CASE("sinkhorn: no masked input moves an unmasked output, at every block size") {
+  // Block summaries average the positions some head allows; a position masked in every head is
+  // padding. Here batch 0 pads its last 3 positions (a whole block at b = 2 and 3, part of one at
+  // b = 4), batch 1 masks position 1 in head 0 only (not padding) and positions 6, 7 in both.
+  Tensor mask = from_vector<bool>({1, 1, 1, 1, 1, 0, 0, 0,   // batch 0, head 0
+                                   1, 1, 1, 1, 1, 0, 0, 0,   // batch 0, head 1
+                                   1, 0, 1, 1, 1, 1, 0, 0,   // batch 1, head 0
+                                   1, 1, 1, 1, 1, 1, 0, 0},  // batch 1, head 1
+                                  {2, 2, 1, 8});
+  const std::vector<bool> padding = {false, false, false, false, false, true, true, true,
+                                     false, false, false, false, false, false, true, true};
+  for (std::string spec : {"sinkhorn(heads=2, block=2, max_len=16)", "sinkhorn(heads=2, block=4, max_len=16)",
+                           "sinkhorn(heads=2, block=1, max_len=8, iters=2)"}) {
+    CAPTURE(spec);
+    auto a = layer64(spec, 8);
+    {
+      NoGradGuard ng;  // a sharp sort so that a moved summary would show
+      mul_(static_cast<nn::SinkhornAttention&>(*a).sort_net->weight, 5.0);
+    }
+    Generator g(5);
+    Tensor x = randn({2, 8, 8}, g, kFloat64);
+    std::vector<double> moved = x.to_vector<double>();
+    for (int64_t row = 0; row < 16; ++row)
+      if (padding[row])
+        for (int64_t c = 0; c < 8; ++c) moved[row * 8 + c] += 3.0 + c;
+    Tensor y = a->forward(x, {}, mask).output, z = a->forward(from_vector(moved, {2, 8, 8}), {}, mask).output;
+    for (int64_t row = 0; row < 16; ++row) {
+      if (padding[row]) continue;
+      CAPTURE(row);
+      CHECK(max_diff(select(select(y, 0, row / 8), 0, row % 8), select(select(z, 0, row / 8), 0, row % 8)) < 1e-13);
+    }
+    // the sort matrix ignores the padding, and reads position 1 of batch 1 (allowed in head 1)
+    auto& l = static_cast<nn::SinkhornAttention&>(*a);
+    CHECK(max_diff(l.sort_matrix(x, mask), l.sort_matrix(from_vector(moved, {2, 8, 8}), mask)) < 1e-13);
+    std::vector<double> moved1 = x.to_vector<double>();
+    for (int64_t c = 0; c < 8; ++c) moved1[(8 + 1) * 8 + c] += 3.0;
+    CHECK(max_diff(l.sort_matrix(x, mask), l.sort_matrix(from_vector(moved1, {2, 8, 8}), mask)) > 1e-6);
   }
 }
 

@@ -45,7 +45,11 @@ class Sinkhorn(Projected):
         assert c is x, "sinkhorn is self-attention only"
         B, N, D = x.shape
         b, nb, h = self.b, N // self.b, self.h
-        s = x.view(B, nb, b, D).mean(2)  # (B, nb, D)
+        if mask is None:
+            s = x.view(B, nb, b, D).mean(2)  # (B, nb, D)
+        else:  # the mean over the positions some head allows; 0 for a block with none
+            present = mask.any(1).reshape(-1, nb, b, 1).to(torch.float64)  # (B|1, nb, b, 1)
+            s = (x.view(B, nb, b, D) * present).sum(2) / present.sum(2).clamp(min=1)
         bias = self.sort_net.bias[:nb] if self.sort_net.bias is not None else None
         R = F.linear(s, self.sort_net.weight[:nb], bias) / self.temperature  # (B, nb, nb)
         for _ in range(self.iters):

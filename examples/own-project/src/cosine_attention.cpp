@@ -3,10 +3,17 @@
 // attnlab's own:
 //
 //   head i:  P = softmax(s * cos(x W_q,i, c W_k,i)) (over keys, masked),  O_i = P (c W_v,i)
-//   output:  concat_i O_i W_o          x (B, N, D), context c (B, M, D) (= x for self-attention)
+//   output:  concat_i (head_mask_i O_i) W_o + b_o    x (B, N, D), context c (B, M, D) (= x for self-attention)
 //
 // Options: heads h (dividing D), scale s. Parameters: q_proj, k_proj, v_proj, out_proj, each
-// (D, D) with bias. Cost: O(B h N M D/h) time, O(B h N M) memory (the probabilities).
+// (D, D) with bias; buffer head_mask (h), ones. Cost: O(B h N M D/h) time, O(B h N M) memory
+// (the probabilities).
+//
+// What makes it pass `own check "cosine(heads=2)"` (attnlab's docs/attention.md, "Adding a
+// variant"): head_mask, so that a query row with no allowed key equals the output of all-zero
+// heads (here out_proj's bias); a spec() that rebuilds the same layer; errors that name the
+// variant ("cosine: ..."), which turn the checks needing an unsupported feature (here
+// prune_heads) into SKIP lines.
 #include <attnlab/attnlab.hpp>
 
 namespace own {
@@ -21,6 +28,7 @@ class CosineAttention : public nn::Attention {
     k_proj = register_module("k_proj", std::make_shared<nn::Linear>(d_model, d_model));
     v_proj = register_module("v_proj", std::make_shared<nn::Linear>(d_model, d_model));
     out_proj = register_module("out_proj", std::make_shared<nn::Linear>(d_model, d_model));
+    head_mask = register_buffer("head_mask", ones({heads}));
   }
 
   nn::AttentionResult forward(const Tensor& x, const Tensor& context, const Tensor& mask, bool causal,
@@ -32,7 +40,8 @@ class CosineAttention : public nn::Attention {
     Tensor logits = mul(matmul(q, transpose(k, 2, 3)), scale_);          // (B, h, N, M)
     Tensor allowed = nn::allowed_mask(mask, x.size(1), c.size(1), causal, "cosine");
     Tensor p = softmax(logits, 3, allowed);                              // (B, h, N, M)
-    Tensor out = out_proj->forward(nn::merge_heads(matmul(p, v)));       // (B, N, D)
+    Tensor o = matmul(p, v) * reshape(head_mask, {1, heads_, 1, 1});    // (B, h, N, dk)
+    Tensor out = out_proj->forward(nn::merge_heads(o));                  // (B, N, D)
     return {out, need_weights ? p : Tensor()};
   }
 
@@ -59,6 +68,7 @@ class CosineAttention : public nn::Attention {
   }
 
   std::shared_ptr<nn::Linear> q_proj, k_proj, v_proj, out_proj;
+  Tensor head_mask;  // (h): head i's output is scaled by head_mask[i]; its gradient is head importance
 
  private:
   // Each row of t (..., d) divided by its L2 norm.
