@@ -31,7 +31,7 @@ AutocastPolicy autocast_policy_from_env() {
 AutocastDecision autocast_decision(AutocastPolicy policy) {
   const std::string cpu = cpu_bf16_summary();
   if (policy == AutocastPolicy::Off) return {false, "float32: ATTNLAB_AUTOCAST=off"};
-  if (!onednn_built()) return {false, fmt::format("float32: attnlab is built without oneDNN ({})", onednn_description())};
+  if (!onednn_built()) return {false, "float32: attnlab is built without oneDNN (CMake found no libdnnl-dev)"};
   const bool native = cpu_has_native_bf16();
   if (native) return {true, fmt::format("bf16: {}, native bf16 on {}", onednn_description(), cpu)};
   if (policy == AutocastPolicy::Force)
