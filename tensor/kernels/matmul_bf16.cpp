@@ -6,12 +6,14 @@
 // ("brg:avx512_core_bf16", "brg:avx512_core_amx"); elsewhere oneDNN converts to float32 first,
 // which is slower than float32 itself (docs/performance.md, section 11). Operands are passed
 // with their strides, so transposed views cost no copy; a batch that cannot be described by
-// one stride per dim is copied. oneDNN (Debian's build) threads with OpenMP: it is called from
-// the calling thread with num_threads() OpenMP threads, while attnlab's TBB workers wait.
+// one stride per dim is copied. Threads: the output's rows are split into num_threads() blocks,
+// one TBB task each, and each task calls oneDNN on a single OpenMP thread (Debian's oneDNN
+// threads with OpenMP), as the float32 products call OpenBLAS single-threaded.
 //
 // Without oneDNN the product is its naive twin: both operands converted to float32 (exact) and
 // multiplied by OpenBLAS. The two differ only in the order of float32 sums.
 #include <mutex>
+#include <optional>
 #include <set>
 
 #include "tensor/bf16_info.hpp"
@@ -94,18 +96,30 @@ Tensor dense(const Tensor& x, const Dims& shape) {
   return out;
 }
 
-dnnl::matmul::primitive_desc describe_product(const Tensor& a, const Tensor& b, const Dims& batch, int64_t m) {
-  using dt = dnnl::memory::data_type;
+// The product of rows [r0, r1) of a (its second-to-last dim) with b, into the same rows of a
+// dense float32 output of the full problem's dims: a slice keeps every stride.
+struct Product {
   dnnl::memory::dims ad, as, bd, bs, cd, cs;
-  describe(a, batch, &ad, &as);
-  describe(b, batch, &bd, &bs);
-  cd = ad;
-  cd.back() = m;
-  cs.assign(cd.size(), 1);
-  for (int i = int(cd.size()) - 2; i >= 0; --i) cs[i] = cs[i + 1] * cd[i + 1];
-  dnnl::memory::desc amd(ad, dt::bf16, as), bmd(bd, dt::bf16, bs), cmd(cd, dt::f32, cs);
-  return dnnl::matmul::primitive_desc(dnnl::matmul::desc(amd, bmd, cmd), engine());  // the oneDNN 2.x API
-}
+  int rdim = 0;  // index of the row dim
+
+  Product(const Tensor& a, const Tensor& b, const Dims& batch, int64_t m) {
+    describe(a, batch, &ad, &as);
+    describe(b, batch, &bd, &bs);
+    rdim = int(ad.size()) - 2;
+    cd = ad;
+    cd.back() = m;
+    cs.assign(cd.size(), 1);
+    for (int i = int(cd.size()) - 2; i >= 0; --i) cs[i] = cs[i + 1] * cd[i + 1];
+  }
+  int64_t rows() const { return ad[rdim]; }
+  dnnl::matmul::primitive_desc describe_rows(int64_t r0, int64_t r1) const {
+    using dt = dnnl::memory::data_type;
+    dnnl::memory::dims ad2 = ad, cd2 = cd;
+    ad2[rdim] = cd2[rdim] = r1 - r0;
+    dnnl::memory::desc amd(ad2, dt::bf16, as), bmd(bd, dt::bf16, bs), cmd(cd2, dt::f32, cs);
+    return dnnl::matmul::primitive_desc(dnnl::matmul::desc(amd, bmd, cmd), engine());  // the oneDNN 2.x API
+  }
+};
 
 void onednn_matmul(Tensor a, Tensor b, const MatmulShape& s, const Tensor& out) {
   Dims batch = s.batch;
@@ -123,25 +137,48 @@ void onednn_matmul(Tensor a, Tensor b, const MatmulShape& s, const Tensor& out) 
     if (!readable(a, batch)) a = dense(a, shape_a);
     if (!readable(b, batch)) b = dense(b, shape_b);
   }
-  dnnl::matmul::primitive_desc pd;
+  std::optional<Product> p;
   try {
-    pd = describe_product(a, b, batch, s.m);
+    p.emplace(a, b, batch, s.m);
+    p->describe_rows(0, p->rows());
   } catch (const dnnl::error&) {  // a stride pattern oneDNN declines: dense copies always work
     a = dense(a, fold ? a.shape() : shape_a);
     b = dense(b, fold ? b.shape() : shape_b);
-    pd = describe_product(a, b, batch, s.m);
+    p.emplace(a, b, batch, s.m);
   }
-  {
-    const std::string impl = pd.impl_info_str();
-    std::lock_guard<std::mutex> lock(kernels_mutex());
-    kernels_seen().insert(impl);
+  // Row blocks, one task each on attnlab's TBB arena, every oneDNN call on one OpenMP thread: the
+  // threading of the OpenBLAS products (tensor/parallel.hpp). An OpenMP team instead would spin
+  // at its barriers against the TBB workers of the ops before and after it.
+  const int64_t R = p->rows();
+  const int nt = num_threads();
+  const double flops = 2.0 * double(numel_of(batch)) * double(R) * double(s.m) * double(s.k);
+  const int64_t blocks = nt > 1 && flops > 2e5 ? std::min<int64_t>(R, nt) : 1;
+  const int64_t rb = (R + blocks - 1) / blocks;
+  auto run = [&](int64_t blk) {
+    const int64_t r0 = blk * rb, r1 = std::min(R, r0 + rb);
+    if (r0 >= r1) return;
+    const dnnl::matmul::primitive_desc pd = p->describe_rows(r0, r1);
+    if (blk == 0) {
+      const std::string impl = pd.impl_info_str();
+      std::lock_guard<std::mutex> lock(kernels_mutex());
+      kernels_seen().insert(impl);
+    }
+    auto* pa = static_cast<bfloat16*>(a.raw_data()) + r0 * p->as[p->rdim];
+    auto* pc = static_cast<float*>(out.raw_data()) + r0 * p->cs[p->rdim];
+    dnnl::memory am(pd.src_desc(), engine(), pa), bm(pd.weights_desc(), engine(), b.raw_data());
+    dnnl::memory cm(pd.dst_desc(), engine(), pc);
+    dnnl::stream st(engine());
+    omp_set_num_threads(1);
+    dnnl::matmul(pd).execute(st, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+    st.wait();
+  };
+  if (blocks == 1) {
+    run(0);
+  } else {
+    parallel_for(blocks, 1, [&](int64_t b0, int64_t b1) {
+      for (int64_t blk = b0; blk < b1; ++blk) run(blk);
+    });
   }
-  dnnl::memory am(pd.src_desc(), engine(), a.raw_data()), bm(pd.weights_desc(), engine(), b.raw_data());
-  dnnl::memory cm(pd.dst_desc(), engine(), out.raw_data());
-  dnnl::stream st(engine());
-  omp_set_num_threads(num_threads());
-  dnnl::matmul(pd).execute(st, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
-  st.wait();
 }
 
 #endif
