@@ -2,10 +2,12 @@
 // modules, the attention registry (make_attention, register_variant; docs/attention.md) and the
 // transformer assemblies (docs/nn.md). Experiments: <attnlab/runner.hpp>; the CLI: <attnlab/cli.hpp>.
 #pragma once
+#include "autograd/autocast.hpp"
 #include "autograd/gradcheck.hpp"
 #include "autograd/grad_mode.hpp"
 #include "autograd/ops.hpp"
 #include "tensor/allocator.hpp"
+#include "tensor/bf16_info.hpp"
 #include "tensor/creation.hpp"
 #include "tensor/io.hpp"
 #include "tensor/parallel.hpp"

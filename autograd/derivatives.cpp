@@ -27,6 +27,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "autograd/autocast.hpp"
 #include "autograd/grad_mode.hpp"
 #include "autograd/ops.hpp"
 #include "tensor/kernels.hpp"
@@ -456,6 +457,22 @@ Tensor mT(const Tensor& x) {
   return x.as_strided(sh, st, x.offset());
 }
 
+// matmul inside an autocast(bf16) scope (autograd/autocast.hpp): the float32 operands rounded
+// to bf16, products accumulated in float32. Backward keeps the bf16 operands and rounds the
+// float32 gradient to bf16, as torch.autocast's recorded casts do; the gradients are float32.
+Tensor matmul_autocast(const Tensor& a, const Tensor& b) {
+  Tensor a16 = k::to_dtype(a, kBFloat16), b16 = k::to_dtype(b, kBFloat16);  // (..., n, k), (..., k, m)
+  return record("matmul_bf16", k::matmul(a16, b16), {a, b},
+                [a16, b16](const Tensor& grad, const Tensor&, const Node& n) {
+                  Tensor g16 = k::to_dtype(grad, kBFloat16);  // (..., n, m)
+                  Tensor ga, gb;
+                  if (n.needs_grad(0)) ga = k::matmul(g16, mT(b16));  // (..., n, m) @ (..., m, k)
+                  if (n.needs_grad(1))
+                    gb = (b16.dim() == 2 && a16.dim() > 2) ? fold_batch_weight_grad(a16, g16) : k::matmul(mT(a16), g16);
+                  return Grads{ga, gb};
+                });
+}
+
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
@@ -464,6 +481,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   if (a.dim() == 1 && b.dim() == 1) return reshape(matmul(unsqueeze(a, 0), unsqueeze(b, 1)), Dims{});  // dot
   if (a.dim() == 1) return squeeze(matmul(unsqueeze(a, 0), b), -2);  // (k) -> (1, k)
   if (b.dim() == 1) return squeeze(matmul(a, unsqueeze(b, 1)), -1);  // (k) -> (k, 1)
+  if (AutocastMode::is_enabled() && a.dtype() == kFloat32 && b.dtype() == kFloat32) return matmul_autocast(a, b);
   return record("matmul", k::matmul(a, b), {a, b}, [a, b](const Tensor& grad, const Tensor&, const Node& n) {
     Tensor ga, gb;
     if (n.needs_grad(0)) ga = k::matmul(grad, mT(b));  // (..., n, m) @ (..., m, k)

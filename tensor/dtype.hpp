@@ -1,19 +1,23 @@
 // Element types. float32 is the default; float64 exists for gradient checks; int64 holds
-// indices; bool (one byte) holds masks and comparison results.
+// indices; bool (one byte) holds masks and comparison results; bfloat16 (tensor/bfloat16.hpp) is
+// a storage type for mixed precision: tensors convert to and from it, and bf16 matrix products
+// return float32 (autograd/autocast.hpp). Ops that compute (is_floating) take float32 or float64.
 #pragma once
 #include <cstdint>
 #include <string_view>
 
+#include "tensor/bfloat16.hpp"
 #include "tensor/error.hpp"
 
 namespace attnlab {
 
-enum class DType : uint8_t { Float32, Float64, Int64, Bool };
+enum class DType : uint8_t { Float32, Float64, Int64, Bool, BFloat16 };
 
 inline constexpr DType kFloat32 = DType::Float32;
 inline constexpr DType kFloat64 = DType::Float64;
 inline constexpr DType kInt64 = DType::Int64;
 inline constexpr DType kBool = DType::Bool;
+inline constexpr DType kBFloat16 = DType::BFloat16;
 
 constexpr int64_t itemsize(DType t) {
   switch (t) {
@@ -21,6 +25,7 @@ constexpr int64_t itemsize(DType t) {
     case DType::Float64: return 8;
     case DType::Int64: return 8;
     case DType::Bool: return 1;
+    case DType::BFloat16: return 2;
   }
   return 0;
 }
@@ -31,17 +36,22 @@ constexpr std::string_view dtype_name(DType t) {
     case DType::Float64: return "float64";
     case DType::Int64: return "int64";
     case DType::Bool: return "bool";
+    case DType::BFloat16: return "bfloat16";
   }
   return "?";
 }
 
+// The floating dtypes ops compute in. bfloat16 holds floating values too, but only for storage
+// and matrix products (is_floating_storage).
 constexpr bool is_floating(DType t) { return t == DType::Float32 || t == DType::Float64; }
+constexpr bool is_floating_storage(DType t) { return is_floating(t) || t == DType::BFloat16; }
 
 template <class T> struct dtype_of;
 template <> struct dtype_of<float> { static constexpr DType value = DType::Float32; };
 template <> struct dtype_of<double> { static constexpr DType value = DType::Float64; };
 template <> struct dtype_of<int64_t> { static constexpr DType value = DType::Int64; };
 template <> struct dtype_of<bool> { static constexpr DType value = DType::Bool; };
+template <> struct dtype_of<bfloat16> { static constexpr DType value = DType::BFloat16; };
 
 // Calls f(T{}) with T the C++ type of `t`. `op` names the caller for the error message.
 template <class F>
@@ -70,6 +80,7 @@ decltype(auto) dispatch_all(DType t, F&& f) {
     case DType::Float64: return f(double{});
     case DType::Int64: return f(int64_t{});
     case DType::Bool: return f(bool{});
+    case DType::BFloat16: return f(bfloat16{});
   }
   return f(float{});
 }

@@ -4,12 +4,12 @@
 // file, malformed or truncated file, failed write) throws FileError whose message starts with
 // the path and names the defect. docs/io.md has the details.
 //
-// dtypes read (file -> attnlab); writing uses only the first four of each list:
+// dtypes read (file -> attnlab); writing uses only the first four (.npy) or five (safetensors):
 //   .npy:        <f4 float32, <f8 float64, <i8 int64, |b1 bool; f2 -> float32;
 //                i1/i2/i4 and u1/u2/u4 -> int64 (uint8 too: bytes are pixels or ids as often
 //                as masks; bool masks are saved as |b1). Either byte order, versions 1.0-3.0,
 //                fortran_order=True (copied into C order). Written as version 1.0, C order.
-//   safetensors: F32, F64, I64, BOOL; F16 and BF16 -> float32; I8/I16/I32 -> int64;
+//   safetensors: F32, F64, I64, BOOL, BF16 bfloat16; F16 -> float32; I8/I16/I32 -> int64;
 //                U8 -> bool (nonzero = true: uint8 tensors in state dicts are attention masks).
 // A bool byte other than 0/1 reads as true. 0-d and empty tensors round-trip in both formats.
 #pragma once

@@ -23,7 +23,7 @@ static_assert(std::endian::native == std::endian::little,
 FileTypeInfo file_type_info(FileType t) {
   switch (t) {
     case FileType::F16: return {2, kFloat32, "float16"};
-    case FileType::BF16: return {2, kFloat32, "bfloat16"};
+    case FileType::BF16: return {2, kBFloat16, "bfloat16"};
     case FileType::F32: return {4, kFloat32, "float32"};
     case FileType::F64: return {8, kFloat64, "float64"};
     case FileType::I8: return {1, kInt64, "int8"};
@@ -64,8 +64,6 @@ float half_to_float(uint16_t h) {
   return std::bit_cast<float>(sign | ((exp + 127 - 15) << 23) | (mant << 13));
 }
 
-float bfloat16_to_float(uint16_t b) { return std::bit_cast<float>(static_cast<uint32_t>(b) << 16); }
-
 namespace {
 
 template <class S>
@@ -91,9 +89,10 @@ void convert(const unsigned char* src, FileType type, bool byteswap, int64_t n, 
   auto* f64 = static_cast<double*>(dst);
   auto* i64 = static_cast<int64_t*>(dst);
   auto* b = static_cast<bool*>(dst);
+  auto* bf16 = static_cast<bfloat16*>(dst);
   switch (type) {
     case FileType::F16: return run(uint16_t{}, [&](int64_t i, uint16_t v) { f32[i] = half_to_float(v); });
-    case FileType::BF16: return run(uint16_t{}, [&](int64_t i, uint16_t v) { f32[i] = bfloat16_to_float(v); });
+    case FileType::BF16: return run(uint16_t{}, [&](int64_t i, uint16_t v) { bf16[i] = bfloat16::from_bits(v); });
     case FileType::F32: return run(float{}, [&](int64_t i, float v) { f32[i] = v; });
     case FileType::F64: return run(double{}, [&](int64_t i, double v) { f64[i] = v; });
     case FileType::I8: return run(int8_t{}, [&](int64_t i, int8_t v) { i64[i] = v; });

@@ -73,8 +73,8 @@ class AtomicWriter {
   bool committed_ = false;
 };
 
-// IEEE half and bfloat16 bit patterns to float (exact: every such value is a float).
+// IEEE half bit patterns to float (exact: every such value is a float). bfloat16's is
+// bfloat16_bits_to_float (tensor/bfloat16.hpp).
 float half_to_float(uint16_t h);
-float bfloat16_to_float(uint16_t b);
 
 }  // namespace attnlab::io_detail

@@ -238,8 +238,10 @@ std::string descr_of(const std::string& path, DType dtype) {
     case DType::Float64: return "<f8";
     case DType::Int64: return "<i8";
     case DType::Bool: return "|b1";
+    case DType::BFloat16: break;  // NumPy has no bfloat16
   }
-  file_fail(path, "cannot save dtype {}", dtype_name(dtype));
+  file_fail(path, "cannot save dtype {} (NumPy has no such type; convert with .to(kFloat32) or save as safetensors)",
+            dtype_name(dtype));
 }
 
 }  // namespace

@@ -3,7 +3,7 @@
 //   {"__metadata__": {"k": "v"}, "name": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]}}
 // and then one data buffer; offsets are relative to the buffer's start.
 //
-// Read: F32, F64, I64, BOOL as themselves; I8/I16/I32 widen to int64; F16 and BF16 widen to
+// Read: F32, F64, I64, BOOL, BF16 as themselves; I8/I16/I32 widen to int64; F16 widens to
 // float32; U8 reads as bool (nonzero = true), because uint8 tensors in state dicts are masks
 // (attention masks, HF "bias" buffers). Like the reference implementation, the tensors must
 // tile the buffer exactly (no overlap, no gap, nothing after): that refuses polyglot and
@@ -207,6 +207,7 @@ const char* code_of(DType t) {
     case DType::Float64: return "F64";
     case DType::Int64: return "I64";
     case DType::Bool: return "BOOL";
+    case DType::BFloat16: return "BF16";
   }
   return "?";
 }

@@ -66,9 +66,15 @@ Tensor softmax(const Tensor& x, int64_t dim, const Tensor& mask, bool log);
 // dL/dx from dL/dy and y = softmax(x) (or log_softmax when `log`).
 Tensor softmax_backward(const Tensor& grad, const Tensor& result, int64_t dim, bool log);
 
-// ---- matrix products (OpenBLAS) ----
+// ---- matrix products (OpenBLAS; bfloat16 on oneDNN when built with it) ----
 // a (..., n, k) @ b (..., k, m) -> (..., n, m), batch dims broadcast. Both at least 2-d.
+// float32 or float64 operands give a result of their dtype; bfloat16 operands (both) give a
+// float32 result accumulated in float32 (matmul_bf16).
 Tensor matmul(const Tensor& a, const Tensor& b);
+// The bfloat16 product: oneDNN's matmul primitive when attnlab is built with oneDNN, else its
+// naive twin, the float32 product of the operands converted exactly to float32. The two differ
+// only in float32 summation order.
+Tensor matmul_bf16(const Tensor& a, const Tensor& b);
 
 // ---- indexing and structure ----
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);

@@ -69,7 +69,7 @@ std::string Tensor::str() const {
         amax = std::max(amax, std::abs(v));
         amin = std::min(amin, std::abs(v));
       }
-    sci = is_floating_point() && (amax >= 1e8 || (amin < 1e-4 && amin > 0));
+    sci = is_floating_storage(dtype()) && (amax >= 1e8 || (amin < 1e-4 && amin > 0));
     for (double v : vals) width = std::max(width, format_value(v, dtype(), sci).size());
   }
   Printer p{*this, summarize, sci, width, "tensor("};

@@ -29,6 +29,18 @@ inline bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, doubl
   return true;
 }
 
+// |got - want| / |want| in the Frobenius norm (shapes equal): the error of a whole product at
+// reduced precision, where single entries near zero have large relative errors.
+inline double rel_norm_err(const Tensor& got, const Tensor& want) {
+  auto g = got.to_vector<double>(), w = want.to_vector<double>();
+  double num = 0, den = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    num += (g[i] - w[i]) * (g[i] - w[i]);
+    den += w[i] * w[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+
 // Packed-sequence segment ids, int64 (B, N): row b cut into consecutive documents of the lengths
 // lengths[b] (equal totals), with ids 0, 1, 2, ... in each row.
 inline Tensor segments_of(const std::vector<std::vector<int64_t>>& lengths) {

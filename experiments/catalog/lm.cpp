@@ -8,8 +8,12 @@
 // ngram_bpc_3, _4, _5: the validation bits per character of interpolated Kneser-Ney 3-, 4- and
 // 5-gram models counted on the run's training text (experiments/analysis/ngram.hpp), the
 // calibration `val_bpc` is read against (docs/experiments.md, "Where a char LM stands: the n-gram
-// calibration").
+// calibration"). train.precision = bf16 runs the matrix products of training and evaluation under
+// autocast (autograd/autocast.hpp).
+#include <fmt/ranges.h>
+
 #include <cmath>
+#include <optional>
 
 #include "attnlab.hpp"
 #include "experiments/analysis/ngram.hpp"
@@ -35,6 +39,7 @@ Schema lm_schema() {
   s.add("model.positions", "learned",
         "learned (pos_emb of task.length rows) | none (token order from the attention alone, e.g. mha(alibi=true))");
   add_train_keys(s, {.steps = 300, .batch_size = 16, .lr = 2e-3, .warmup = 30, .eval_every = 100});
+  add_precision_key(s);
   s.add("eval.batches", int64_t(8), "validation batches (of train.batch_size windows) per evaluation");
   s.add("eval.context", int64_t(0),
         "> 0: the final evaluation also reports val_bpc_long on windows of this many tokens (0 = off)");
@@ -61,6 +66,7 @@ void check_eval_context(const Config& config, int64_t table_rows) {
 // (against the position table when task.length gives the context; 0 leaves it to the task).
 void check_lm(const Config& config) {
   check_model(config);
+  resolve_precision(config);
   check_eval_context(config, std::max<int64_t>(0, config.get_int("task.length")));
 }
 
@@ -83,7 +89,12 @@ void run_lm(const Config& config, RunContext& ctx) {
   const bool pack = config.get_bool("task.pack");
   ctx.logf("lm: {} on {} ({} parameters, context {}, {} positions{})", attention_spec(config), task.name,
            model->num_parameters(), n, model->config.positions, pack ? ", packed rows" : "");
+  const Precision precision = resolve_precision(config);
+  ctx.logf("precision: {}", precision.reason);
+  // Training and evaluation run at the same precision; a product's backward follows its forward.
   auto loss_of = [&](const Tensor& x, const Tensor& y, const Tensor& segment_ids = {}) {
+    std::optional<AutocastGuard> autocast;
+    if (precision.bf16) autocast.emplace(kBFloat16, AutocastPolicy::Force);
     Tensor logits = model->forward(x, segment_ids);  // (B, N, V)
     return nn::cross_entropy(reshape(logits, {-1, task.vocab_size}), reshape(y, {-1}));
   };
@@ -131,6 +142,7 @@ void run_lm(const Config& config, RunContext& ctx) {
     ctx.summary("val_bpc_long", bpc_long);
     ctx.summary("eval_context", double(long_n));
   }
+  if (precision.bf16) ctx.logf("precision: bf16 products ran on oneDNN's {}", fmt::join(onednn_kernels_used(), ", "));
   ctx.summary("steps_per_s", trainer.steps_per_second());
   ctx.summary("peak_rss_mb", peak_rss_mb());
   ctx.summary("params", double(model->num_parameters()));

@@ -95,7 +95,7 @@ void load_weights(nn::Attention& attn, const std::string& path) {
     auto it = w.find(name);
     if (it == w.end()) continue;
     const DType got = it->second.dtype(), want = own.dtype();
-    if (is_floating(got) != is_floating(want) || (!is_floating(want) && got != want))
+    if (is_floating_storage(got) != is_floating_storage(want) || (!is_floating_storage(want) && got != want))
       fail<ValueError>("weights {}: tensor \"{}\" has dtype {}, the layer expects {}", path, name, dtype_name(got),
                        dtype_name(want));
   }
@@ -117,7 +117,7 @@ Inputs read_inputs(const std::string& path, DType dtype) {
   auto floating = [&](const std::string& name) -> Tensor {
     auto it = m.find(name);
     if (it == m.end()) return {};
-    if (!is_floating(it->second.dtype()))
+    if (!is_floating_storage(it->second.dtype()))
       fail<DTypeError>("input {}: tensor \"{}\" must be floating (F32, F64, F16, BF16), got {}", path, name,
                        dtype_name(it->second.dtype()));
     return to(it->second, dtype).detach();

@@ -25,6 +25,7 @@
 #include "experiments/runner/task.hpp"
 #include "experiments/runner/trainer.hpp"
 #include "nn/lm_checkpoint.hpp"
+#include "tensor/bf16_info.hpp"
 #include "tensor/blas_info.hpp"
 #include "tensor/option_string.hpp"
 #include "tensor/parallel.hpp"
@@ -495,7 +496,7 @@ namespace {
 // Writes meta.json, or appends this process's segment to it; returns a warning when its thread
 // count or number of ranks differs from the previous segment's (the run then differs in the
 // last bits).
-std::string write_meta(const fs::path& dir, const RunRequest& r) {
+std::string write_meta(const fs::path& dir, const RunRequest& r, const Config& config) {
   const fs::path path = dir / "meta.json";
   const std::string now = utc_now_iso();
   std::string warning;
@@ -514,6 +515,11 @@ std::string write_meta(const fs::path& dir, const RunRequest& r) {
     j["hostname"] = host_name();
     j["cpu_model"] = cpu_model();
     j["blas"] = blas_description();
+    j["bf16"] = {{"onednn", onednn_description()}, {"cpu", cpu_bf16_summary()}, {"native", cpu_has_native_bf16()}};
+    if (config.schema().find("train.precision")) {
+      const Precision p = resolve_precision(config);
+      j["precision"] = {{"requested", p.requested}, {"used", p.bf16 ? "bf16" : "float32"}, {"reason", p.reason}};
+    }
     j["threads"] = num_threads();
     j["world_size"] = dist::world_size();
 #ifdef ATTNLAB_VERSION
@@ -728,7 +734,7 @@ int prepare_run_dir(const RunRequest& r, const Config& config, const Experiment&
     fs::create_directories(dir);
     fs::remove(dir / "failure.json");  // the record of a failed attempt; this process runs the run again
     write_text_atomic((dir / "config.toml").string(), config.to_toml());
-    if (const std::string warning = write_meta(dir, r); !warning.empty()) console << run_prefix() << warning << "\n";
+    if (const std::string warning = write_meta(dir, r, config); !warning.empty()) console << run_prefix() << warning << "\n";
   } catch (const Error& ex) {
     console << run_prefix() << ex.what() << "\n";
     return kExitFailed;

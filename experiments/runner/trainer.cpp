@@ -10,6 +10,7 @@
 
 #include <fmt/ranges.h>
 
+#include "autograd/autocast.hpp"
 #include "autograd/grad_mode.hpp"
 #include "autograd/ops.hpp"
 #include "dist/distributed.hpp"
@@ -281,6 +282,28 @@ Schema& add_train_keys(Schema& s, const TrainDefaults& d) {
       .add("train.accumulate", d.accumulate,
            "micro-batches per step on each rank: gradients of train.batch_size / (ranks x this) rows each, summed, "
            "then averaged");
+}
+
+Schema& add_precision_key(Schema& s) {
+  return s.add("train.precision", "float32",
+               "float32 | bf16: matrix products in bf16 with float32 accumulation and float32 master weights where "
+               "oneDNN and the CPU's native bf16 allow (ATTNLAB_AUTOCAST=force: any CPU), else float32");
+}
+
+Precision resolve_precision(const Config& c) {
+  Precision p;
+  p.requested = c.get_string("train.precision");
+  if (p.requested == "float32") {
+    p.reason = "float32: train.precision = float32";
+    return p;
+  }
+  if (p.requested != "bf16")
+    fail<ConfigError>("train.precision must be float32 or bf16, got '{}' (from {})", p.requested,
+                      c.origin("train.precision"));
+  const AutocastDecision d = autocast_decision(autocast_policy_from_env());
+  p.bf16 = d.bf16;
+  p.reason = d.reason;
+  return p;
 }
 
 Trainer::Trainer(RunContext& ctx, nn::Module& model) : ctx_(ctx), model_(model) {

@@ -66,6 +66,19 @@ struct TrainDefaults {
 };
 Schema& add_train_keys(Schema& schema, const TrainDefaults& defaults = {});
 
+// train.precision: "float32" (the default) or "bf16": matrix products under autocast
+// (autograd/autocast.hpp) with float32 master weights, gradients, optimizer state, norms,
+// softmax and losses. Whether bf16 engages depends on the build (oneDNN) and the CPU (native
+// bf16, or ATTNLAB_AUTOCAST=force); the run logs the decision and meta.json records it.
+Schema& add_precision_key(Schema& schema);
+struct Precision {
+  std::string requested;  // the key's value
+  bool bf16 = false;      // whether products run in bf16
+  std::string reason;     // the autocast decision's line, or "float32: train.precision = float32"
+};
+// Validates train.precision (ConfigError naming the value and its origin) and decides.
+Precision resolve_precision(const Config& config);
+
 // ConfigError naming train.batch_size, the rank count and train.accumulate when the global batch
 // does not split into world_size x train.accumulate equal micro-batches (or train.accumulate < 1).
 void check_batch_split(const Config& config, int world_size);

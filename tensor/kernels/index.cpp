@@ -323,27 +323,31 @@ void random_(const Tensor& x, Generator& gen, Dist dist, double p0, double p1) {
   const uint64_t seed = gen.seed();
   dispatch_all(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    T* p = static_cast<T*>(dst.raw_data());
-    parallel_for(n, 4096, [&](int64_t i0, int64_t i1) {
-      for (int64_t i = i0; i < i1; ++i) {
-        auto r = Generator::philox(seed, first + static_cast<uint64_t>(i));
-        double u = bits_to_unit(r[0], r[1]);
-        double v = 0;
-        switch (dist) {
-          case Dist::Uniform: v = p0 + (p1 - p0) * u; break;
-          case Dist::Normal: {
-            double u2 = bits_to_unit(r[2], r[3]);
-            v = p0 + p1 * std::sqrt(-2.0 * std::log(u)) * std::cos(6.283185307179586 * u2);
-            break;
+    if constexpr (std::is_same_v<T, bfloat16>) {
+      fail<DTypeError>("random: cannot draw bfloat16 values; draw float32 and convert (to(x, kBFloat16))");
+    } else {
+      T* p = static_cast<T*>(dst.raw_data());
+      parallel_for(n, 4096, [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i) {
+          auto r = Generator::philox(seed, first + static_cast<uint64_t>(i));
+          double u = bits_to_unit(r[0], r[1]);
+          double v = 0;
+          switch (dist) {
+            case Dist::Uniform: v = p0 + (p1 - p0) * u; break;
+            case Dist::Normal: {
+              double u2 = bits_to_unit(r[2], r[3]);
+              v = p0 + p1 * std::sqrt(-2.0 * std::log(u)) * std::cos(6.283185307179586 * u2);
+              break;
+            }
+            case Dist::Bernoulli: v = u < p0 ? 1.0 : 0.0; break;
+            case Dist::Randint: v = std::floor(p0 + (p1 - p0) * u); break;
           }
-          case Dist::Bernoulli: v = u < p0 ? 1.0 : 0.0; break;
-          case Dist::Randint: v = std::floor(p0 + (p1 - p0) * u); break;
+          T t = static_cast<T>(v);
+          if (dist == Dist::Uniform && t >= static_cast<T>(p1) && p1 > p0) t = std::nextafter(static_cast<T>(p1), T(p0));
+          p[i] = t;
         }
-        T t = static_cast<T>(v);
-        if (dist == Dist::Uniform && t >= static_cast<T>(p1) && p1 > p0) t = std::nextafter(static_cast<T>(p1), T(p0));
-        p[i] = t;
-      }
-    });
+      });
+    }
   });
   if (!dst.same(x)) copy_(x, dst);
 }

@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "tensor/kernels.hpp"
+#include "tensor/kernels/matmul_shape.hpp"
 #include "tensor/kernels/rows.hpp"
 #include "tensor/parallel.hpp"
 
@@ -52,24 +53,32 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t
 
 }  // namespace
 
+MatmulShape matmul_shape(const Tensor& a, const Tensor& b, const char* op) {
+  if (a.dim() < 2 || b.dim() < 2)
+    fail<ShapeError>("{}: kernel needs at least 2-d operands, got {} and {}", op, to_string(a.shape()),
+                     to_string(b.shape()));
+  if (a.dtype() != b.dtype())
+    fail<DTypeError>("{}: dtypes differ: {} {} and {} {}", op, dtype_name(a.dtype()), to_string(a.shape()),
+                     dtype_name(b.dtype()), to_string(b.shape()));
+  MatmulShape s;
+  s.n = a.shape()[a.dim() - 2], s.k = a.shape().back(), s.m = b.shape().back();
+  if (b.shape()[b.dim() - 2] != s.k)
+    fail<ShapeError>("{}: cannot multiply {} by {}: inner sizes {} and {} differ", op, to_string(a.shape()),
+                     to_string(b.shape()), s.k, b.shape()[b.dim() - 2]);
+  for (int i = 0; i < a.dim() - 2; ++i) s.abatch.push_back(a.shape()[i]);
+  for (int i = 0; i < b.dim() - 2; ++i) s.bbatch.push_back(b.shape()[i]);
+  s.batch = broadcast_shapes(s.abatch, s.bbatch, op);
+  s.out = s.batch;
+  s.out.push_back(s.n);
+  s.out.push_back(s.m);
+  return s;
+}
+
 Tensor matmul(const Tensor& a0, const Tensor& b0) {
-  if (a0.dim() < 2 || b0.dim() < 2)
-    fail<ShapeError>("matmul: kernel needs at least 2-d operands, got {} and {}", to_string(a0.shape()),
-                     to_string(b0.shape()));
-  if (a0.dtype() != b0.dtype())
-    fail<DTypeError>("matmul: dtypes differ: {} {} and {} {}", dtype_name(a0.dtype()), to_string(a0.shape()),
-                     dtype_name(b0.dtype()), to_string(b0.shape()));
-  const int64_t n = a0.shape()[a0.dim() - 2], k = a0.shape().back(), m = b0.shape().back();
-  if (b0.shape()[b0.dim() - 2] != k)
-    fail<ShapeError>("matmul: cannot multiply {} by {}: inner sizes {} and {} differ", to_string(a0.shape()),
-                     to_string(b0.shape()), k, b0.shape()[b0.dim() - 2]);
-  Dims abatch, bbatch;
-  for (int i = 0; i < a0.dim() - 2; ++i) abatch.push_back(a0.shape()[i]);
-  for (int i = 0; i < b0.dim() - 2; ++i) bbatch.push_back(b0.shape()[i]);
-  Dims batch = broadcast_shapes(abatch, bbatch, "matmul");
-  Dims out_shape = batch;
-  out_shape.push_back(n);
-  out_shape.push_back(m);
+  if (a0.dtype() == kBFloat16 && b0.dtype() == kBFloat16) return matmul_bf16(a0, b0);
+  const MatmulShape s = matmul_shape(a0, b0, "matmul");
+  const int64_t n = s.n, k = s.k, m = s.m;
+  const Dims &abatch = s.abatch, &bbatch = s.bbatch, &batch = s.batch, &out_shape = s.out;
   Tensor out = Tensor::empty(out_shape, a0.dtype());
   const int64_t nbatch = numel_of(batch);
   if (out.numel() == 0) return out;

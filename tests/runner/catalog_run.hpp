@@ -41,6 +41,15 @@ inline int run_catalog(const std::string& experiment, const std::filesystem::pat
   return status;
 }
 
+// A tiny lm run (context 24, 4 steps, d_model 16) into `dir`; returns the exit status.
+inline int tiny_lm(const std::filesystem::path& dir, const std::vector<std::string>& extra,
+                   std::string* console = nullptr) {
+  return run_catalog("lm", dir,
+                     {"task.length=24", "train.steps=4", "train.eval_every=4", "train.batch_size=4", "eval.batches=1",
+                      "model.d_model=16", "model.ffn_hidden=32", "model.attention=mha(heads=2)"},
+                     extra, console);
+}
+
 // summary.json's "metrics" of a finished run.
 inline nlohmann::json summary_metrics(const std::filesystem::path& dir) {
   return nlohmann::json::parse(slurp(dir / "summary.json"))["metrics"];

@@ -10,18 +10,6 @@
 using namespace attnlab;
 using namespace attnlab::testing;
 
-namespace {
-
-// A tiny lm run (context 24, 4 steps) into a fresh directory; returns the exit status.
-int tiny_lm(const std::filesystem::path& dir, const std::vector<std::string>& extra, std::string* console = nullptr) {
-  return run_catalog("lm", dir,
-                     {"task.length=24", "train.steps=4", "train.eval_every=4", "train.batch_size=4", "eval.batches=1",
-                      "model.d_model=16", "model.ffn_hidden=32", "model.attention=mha(heads=2)"},
-                     extra, console);
-}
-
-}  // namespace
-
 TEST_CASE("lm eval.context: val_bpc_long equals val_bpc at the training context, is absent when 0") {
   const auto dir = fresh_run_dir("lm_positions", "same");
   std::string console;

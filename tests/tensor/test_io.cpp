@@ -249,7 +249,7 @@ TEST_CASE("io: safetensors reads files the Python writer wrote") {
   check_exact(extra.at("i32"), kInt64, {2, 3}, iota(6, 100000, -300000));
   check_exact(extra.at("f16"), kFloat32, {10},
               {0.0, -0.0, 1.0, -2.5, 65504.0, std::ldexp(1, -14), std::ldexp(1, -24), INFINITY, -INFINITY, NAN});
-  check_exact(extra.at("bf16"), kFloat32, {7}, {1.0, -2.0, 0.5, 3.140625, INFINITY, -0.0, std::ldexp(1, -130)});
+  check_exact(extra.at("bf16"), kBFloat16, {7}, {1.0, -2.0, 0.5, 3.140625, INFINITY, -0.0, std::ldexp(1, -130)});
   // Every stored byte is 0 or 1, so the bools are real bools.
   const auto* bytes = static_cast<const unsigned char*>(extra.at("mask_u8").raw_data());
   for (int i = 0; i < 6; ++i) CHECK(bytes[i] <= 1);
@@ -268,7 +268,7 @@ TEST_CASE("io: float16 and bfloat16 conversion matches the IEEE formula for all 
     } else if (got != want || std::signbit(got) != std::signbit(want)) {
       FAIL_CHECK("float16 0x" << std::hex << h << ": got " << got << ", want " << want);
     }
-    float b = io_detail::bfloat16_to_float(static_cast<uint16_t>(h));
+    float b = bfloat16_bits_to_float(static_cast<uint16_t>(h));
     uint32_t bits;
     std::memcpy(&bits, &b, 4);
     if (bits != h << 16) FAIL_CHECK("bfloat16 0x" << std::hex << h);

@@ -1,0 +1,86 @@
+// bench_bf16_lm: the reference LM's training step (bench/reference_lm.hpp: 4 layers, d = 256,
+// 8 heads, N = 256, batch 8, AdamW) in float32 and under autocast(bf16) (autograd/autocast.hpp),
+// in one process: two identical models stepped alternately, one float32 step then one bf16 step,
+// `--steps` of each per round, so both forms see the same machine a fraction of a second apart.
+// Prints each round's median tokens/s and bf16 / float32 ratio with the load average (the
+// machine may be shared), the median and range of the rounds' ratios, the ratio of the fastest
+// steps, the CPU's bf16 flags, the oneDNN kernels the bf16 products ran on and OpenBLAS's kernel.
+//
+//   build/bench/bench_bf16_lm [--rounds R] [--steps S]
+//
+// Without native bf16 (AVX512_BF16 or AMX) or without oneDNN it prints the CPU flags and "not
+// measurable on this CPU" (ATTNLAB_AUTOCAST=force measures anyway: oneDNN then converts bf16 to
+// float32 and the ratio says how much slower that is).
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "attnlab.hpp"
+#include "bench/bench_args.hpp"
+#include "bench/reference_lm.hpp"
+#include "tensor/blas_info.hpp"
+
+using namespace attnlab;
+
+namespace {
+
+std::string load_average() {
+  std::ifstream in("/proc/loadavg");
+  std::string one, five, fifteen;
+  in >> one >> five >> fifteen;
+  return one + " " + five + " " + fifteen;
+}
+
+// Seconds of one training step, in bf16 under autocast or in float32.
+double step_seconds(bench::LMTraining& lm, bool bf16) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::optional<AutocastGuard> autocast;
+  if (bf16) autocast.emplace(kBFloat16, AutocastPolicy::Force);
+  lm.step();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int64_t rounds = 5, steps = 5;
+  bench::parse_flags(argc, argv, "bench_bf16_lm [--rounds R] [--steps S]", {{"--rounds", &rounds}, {"--steps", &steps}});
+  std::printf("CPU: %s\nBLAS: %s\noneDNN: %s\nthreads: %d\n", cpu_bf16_summary().c_str(), blas_description().c_str(),
+              onednn_description().c_str(), num_threads());
+  const AutocastDecision d = autocast_decision(autocast_policy_from_env());
+  std::printf("autocast: %s\n", d.reason.c_str());
+  if (!d.bf16) {
+    std::printf("bf16 / float32 LM training step: not measurable on this CPU\n");
+    return 0;
+  }
+  constexpr int64_t tokens = bench::LMTraining::kBatch * bench::LMTraining::kLength;
+  bench::LMTraining f32("mha(heads=8)"), b16("mha(heads=8)");
+  for (int i = 0; i < 2; ++i) step_seconds(f32, false), step_seconds(b16, true);  // warm-up: caches, allocator, oneDNN
+  std::printf("\n%-6s %14s %14s %8s  %s\n", "round", "f32 tokens/s", "bf16 tokens/s", "ratio", "load average (1 5 15 min)");
+  std::vector<double> ratios, all_f, all_b;
+  for (int64_t r = 0; r < rounds; ++r) {
+    std::vector<double> tf, tb;
+    for (int64_t i = 0; i < steps; ++i) {  // one step of each, alternating
+      tf.push_back(step_seconds(f32, false));
+      tb.push_back(step_seconds(b16, true));
+    }
+    all_f.insert(all_f.end(), tf.begin(), tf.end());
+    all_b.insert(all_b.end(), tb.begin(), tb.end());
+    const double mf = bench::median(tf), mb = bench::median(tb);
+    ratios.push_back(mf / mb);
+    std::printf("%-6lld %14.0f %14.0f %7.2fx  %s\n", (long long)r, tokens / mf, tokens / mb, mf / mb, load_average().c_str());
+  }
+  std::sort(ratios.begin(), ratios.end());
+  std::printf("\nbf16 / float32 tokens/s, %lld rounds of %lld alternating steps each: median of the rounds' ratios %.2fx, "
+              "range %.2fx-%.2fx; fastest step of each form %.0f and %.0f tokens/s, %.2fx\n",
+              (long long)rounds, (long long)steps, bench::median(ratios), ratios.front(), ratios.back(),
+              tokens / *std::min_element(all_f.begin(), all_f.end()), tokens / *std::min_element(all_b.begin(), all_b.end()),
+              *std::min_element(all_f.begin(), all_f.end()) / *std::min_element(all_b.begin(), all_b.end()));
+  std::string kernels;
+  for (const std::string& k : onednn_kernels_used()) kernels += (kernels.empty() ? "" : ", ") + k;
+  std::printf("oneDNN kernels of the bf16 products: %s\n", kernels.c_str());
+  return 0;
+}
