@@ -77,12 +77,16 @@ std::string x_section(const ReportInput& in, const std::vector<Group>& groups, c
   std::string md = fmt::format("## `{}` against `{}`\n\n", headline, x);
   std::map<std::string, plot::Series> series;
   std::vector<std::string> series_order;
+  // The keys zipped with x vary with it: they belong to the x axis, not to the series' names.
+  std::set<std::string> with_x = {x};
+  if (in.sweep && std::any_of(in.sweep->zip.begin(), in.sweep->zip.end(), [&](const Axis& a) { return a.key == x; }))
+    for (const Axis& a : in.sweep->zip) with_x.insert(a.key);
   for (const Group& g : groups) {
     if (!g.point.contains(x) || !g.point[x].is_number())
       return md + fmt::format("`{}` takes non-numeric values: see the table above.\n\n", x);
     std::string rest;
     for (const auto& k : in.group_keys)
-      if (k != x && g.point.contains(k)) rest += (rest.empty() ? "" : ", ") + k + "=" + text_of(g.point[k]);
+      if (!with_x.count(k) && g.point.contains(k)) rest += (rest.empty() ? "" : ", ") + k + "=" + text_of(g.point[k]);
     if (rest.empty()) rest = headline;
     if (!series.count(rest)) series_order.push_back(rest), series[rest].name = rest;
     series[rest].x.push_back(g.point[x].get<double>());
