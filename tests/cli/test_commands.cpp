@@ -213,8 +213,10 @@ TEST_CASE("attnlab list aligns its columns to the longest name") {
   CHECK(column >= 1 + 2 + longest + 2);
   // Tasks: the description starts at one offset too.
   size_t task_column = std::string::npos;
+  const size_t tasks_at = text.find("\ntasks (");  // an experiment may share a task's name (recall)
+  REQUIRE(tasks_at != std::string::npos);
   for (const auto& t : runner::tasks()) {
-    const size_t line = text.find("\n  " + t.name + " ");
+    const size_t line = text.find("\n  " + t.name + " ", tasks_at);
     REQUIRE(line != std::string::npos);
     const size_t at = text.find(t.description, line) - line;
     if (task_column == std::string::npos) task_column = at;
