@@ -235,11 +235,6 @@ std::string verdict_text(const std::string& v) { return v == "not_reproduced" ? 
 
 std::string number(double x) { return std::isfinite(x) ? fmt::format("{:.6g}", x) : "nan"; }
 
-std::string quoted(const std::string& t) {
-  std::string q = "\"";
-  for (char c : t) q += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return q + "\"";
-}
 
 std::string dense_note(const JudgedRef& j) {
   return j.dense.empty() ? "" : fmt::format(", dense at this N: {}", fmt::join(j.dense, ", "));
@@ -356,10 +351,11 @@ std::string claims_csv(const std::vector<ClaimRow>& rows) {
     const JudgedRef& p = r.primary.front();
     std::vector<std::string> primaries;
     for (const auto& j : r.primary) primaries.push_back(fmt::format("{}: {} {}", j.ref, j.metric, j.verdict));
-    csv += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{:.0f}\n", quoted(r.spec.text), quoted(r.spec.source),
-                       r.spec.study, quoted(fmt::format("{}", fmt::join(primaries, "; "))), number(p.interval.mean),
-                       number(p.interval.low), number(p.interval.high), r.seeds, quoted(joined(r.secondary)),
-                       quoted(joined(r.control)), r.verdict.word, quoted(r.verdict.why), quoted(r.registration),
+    csv += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{:.0f}\n", csv_field(r.spec.text),
+                       csv_field(r.spec.source), csv_field(r.spec.study),
+                       csv_field(fmt::format("{}", fmt::join(primaries, "; "))), number(p.interval.mean),
+                       number(p.interval.low), number(p.interval.high), r.seeds, csv_field(joined(r.secondary)),
+                       csv_field(joined(r.control)), r.verdict.word, csv_field(r.verdict.why), csv_field(r.registration),
                        r.run_minutes);
   }
   return csv;

@@ -50,4 +50,11 @@ std::optional<double> number_field(const std::string& s) {
 
 bool is_number(const std::string& s) { return number_field(s).has_value(); }
 
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\r\n") == std::string::npos) return s;
+  std::string q = "\"";
+  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return q + "\"";
+}
+
 }  // namespace attnlab::runner

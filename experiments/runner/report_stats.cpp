@@ -5,6 +5,7 @@
 #include <limits>
 #include <set>
 
+#include "experiments/runner/csv.hpp"
 #include "experiments/runner/report_parts.hpp"
 #include "experiments/runner/stats.hpp"
 #include "tensor/io.hpp"
@@ -277,25 +278,20 @@ std::string comparisons(const ReportInput& in, const std::vector<Group>& groups,
         "contradicted: the whole interval is on the other side; inconclusive: the interval reaches both.\n\n";
   md += "| expectation | metric | relation | observed [95% interval] | pairs | verdict |\n|---|---|---|---|---:|---|\n";
   std::string csv = "name,metric,relation,a,b,observed,ci_low,ci_high,n,verdict\n";
-  auto quoted = [](const std::string& t) {
-    std::string q = "\"";
-    for (char c : t) q += c == '"' ? std::string("\"\"") : std::string(1, c);
-    return q + "\"";
-  };
   for (const auto& e : report.expect) {
     const JudgedExpectation j = judge_expectation(in, groups, e, headline);
     const std::string dense = j.dense.empty() ? "" : fmt::format("; dense at this N: `{}`", fmt::join(j.dense, "`, `"));
     if (j.pending) {
       md += fmt::format("| {} | `{}` | {} | - | 0 | **inconclusive** (no complete runs yet) |\n", e.name, j.metric,
                         relation_name(e.relation));
-      csv += fmt::format("{},{},{},{},{},nan,nan,nan,0,inconclusive\n", quoted(e.name), quoted(j.metric),
-                         relation_name(e.relation), quoted(selector_text(e.a)), quoted(selector_text(e.b)));
+      csv += fmt::format("{},{},{},{},{},nan,nan,nan,0,inconclusive\n", csv_field(e.name), csv_field(j.metric),
+                         relation_name(e.relation), csv_field(selector_text(e.a)), csv_field(selector_text(e.b)));
       continue;
     }
     md += fmt::format("| {} | `{}` | {} | {} | {} | **{}** ({}{}) |\n", e.name, j.metric, j.relation, j.observed,
                       j.interval.n, j.verdict.word, j.verdict.why, dense);
-    csv += fmt::format("{},{},{},{},{},{},{},{},{},{}\n", quoted(e.name), quoted(j.metric), relation_name(e.relation),
-                       quoted(selector_text(e.a)), quoted(selector_text(e.b)), j.interval.mean, j.interval.low,
+    csv += fmt::format("{},{},{},{},{},{},{},{},{},{}\n", csv_field(e.name), csv_field(j.metric), relation_name(e.relation),
+                       csv_field(selector_text(e.a)), csv_field(selector_text(e.b)), j.interval.mean, j.interval.low,
                        j.interval.high, j.interval.n, j.verdict.word);
   }
   write_text_atomic((dir / "expectations.csv").string(), csv);

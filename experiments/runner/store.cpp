@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <toml++/toml.h>
 
+#include "experiments/runner/csv.hpp"
 #include "tensor/error.hpp"
 #include "tensor/io.hpp"
 
@@ -112,13 +113,6 @@ class Stmt {
   sqlite3_stmt* s_ = nullptr;
   fs::path path_;
 };
-
-std::string csv_field(const std::string& s) {
-  if (s.find_first_of(",\"\n") == std::string::npos) return s;
-  std::string q = "\"";
-  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return q + "\"";
-}
 
 }  // namespace
 
