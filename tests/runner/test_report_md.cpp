@@ -310,3 +310,36 @@ TEST_CASE("report: a stray runs/ entry whose number overflows int64 is not a run
   CHECK(md.find("experiment") != std::string::npos);  // "classify" against "": a differing key
   fs::remove_all(dir);
 }
+
+TEST_CASE("report: keys zipped with [report] x vary with it, so they do not split the series of its plot") {
+  const fs::path dir = fresh_dir("report_zip_x");
+  write_text_atomic((dir / "sweep.toml").string(), R"x(experiment = "x"
+seeds = [0, 1]
+[zip]
+"model.heads" = [2, 4]
+"model.key_size" = [8, 4]
+[grid]
+"model.attention" = ["mha", "local(window=4)"]
+[report]
+metric = "val_acc"
+x = "model.heads"
+)x");
+  // Expansion order: zip outermost, then attention, then seed.
+  int id = 0;
+  for (int z = 0; z < 2; ++z)
+    for (const std::string attention : {"mha", "local(window=4)"})
+      for (int s = 0; s < 2; ++s, ++id) {
+        fake_run(dir, id, attention, 2 << z, s, 0.5 + 0.1 * z);
+        write_text_atomic((dir / fmt::format("runs/{:04d}/point.json", id)).string(),
+                          fmt::format(R"x({{"model.heads": {}, "model.key_size": {}, "model.attention": "{}", "seed": {}}})x",
+                                      2 << z, 8 >> z, attention, s));
+      }
+  std::ostringstream log;
+  write_report(dir, log);
+  const std::string svg = read(dir / "plots/val_acc_vs_model_heads.svg");
+  // One series per attention, each through both head counts; the zipped key size is no series.
+  CHECK(svg.find(">model.attention=mha<") != std::string::npos);
+  CHECK(svg.find(">model.attention=local(window=4)<") != std::string::npos);
+  CHECK(svg.find("model.key_size") == std::string::npos);
+  fs::remove_all(dir);
+}
