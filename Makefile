@@ -10,16 +10,22 @@
 #   make bench-mha-options  a training step with each mha option (one layer, then the reference LM)
 #   make test-slurm      sweeps as job arrays under a local single-node Slurm (root; minutes; not in `make test`)
 #   make fuzz            libFuzzer on every file and string parser, FUZZ_RUNS executions each (clang)
+#   make docs            the API reference (Doxygen) in build/docs/html
+#   make package         the Debian package build/attnlab_*.deb (CPack); make test-package tests it
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build cli demo test test-slurm test-sanitize fuzz bench bench-lra bench-attention bench-decode bench-mha-options clean
+.PHONY: all deps deps-test docs package test-package build cli demo test test-slurm test-sanitize fuzz bench bench-lra bench-attention bench-decode bench-mha-options clean
 
 all: build
 
 deps:
 	@sh cmake/install-deps.sh
+
+# `make test` and `make docs` also need doxygen (the test api/docs_complete checks the reference).
+deps-test:
+	@sh cmake/install-deps.sh test
 
 $(BUILD)/CMakeCache.txt: | deps
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
@@ -34,8 +40,21 @@ cli: deps $(BUILD)/CMakeCache.txt
 demo: cli
 	./$(BUILD)/attnlab demo
 
-test: build
+test: deps-test build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+
+docs: deps-test $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) --target docs
+
+# The .deb of the library, headers, CMake package files and build/attnlab (docs/testing.md,
+# "The Debian package"); test-package installs it into a clean prefix and builds
+# examples/own-project against it, and with apt-get where run as root.
+package: cli
+	cmake --build $(BUILD) -j $(JOBS)
+	cd $(BUILD) && cpack -G DEB
+
+test-package: package
+	sh scripts/package/test_package.sh $(BUILD)
 
 # scripts/slurm/local_cluster.sh starts the cluster (installing slurm-wlm and munge if missing);
 # the test submits sweeps with sbatch, requeues tasks mid-run and checks the results.

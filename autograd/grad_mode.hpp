@@ -1,13 +1,17 @@
-// Whether ops record history. NoGradGuard turns recording off for its scope (like
-// torch.no_grad()); the engine runs every backward formula under one.
-// ConservativeMode is for layer-wise relevance propagation (Ali et al. 2022, "XAI for
-// Transformers: Better Explanations through Conservative Propagation"): while it is on, softmax
-// returns its probabilities without history (the AH-rule), layer_norm (so nn::LayerNorm) runs
-// its composed form with 1/std constant (the LN-rule) and gelu(x) is recorded as
-// x * (gelu(x) / x) with the ratio constant (bias_gelu as gelu(x + bias)), so that gradient x
-// input is conservative through them (docs/analysis.md).
+/// @file
+/// Whether ops record history. NoGradGuard turns recording off for its scope (like
+/// torch.no_grad()); the engine runs every backward formula under one.
+/// ConservativeMode is for layer-wise relevance propagation (Ali et al. 2022, "XAI for
+/// Transformers: Better Explanations through Conservative Propagation"): while it is on, softmax
+/// returns its probabilities without history (the AH-rule), layer_norm (so nn::LayerNorm) runs
+/// its composed form with 1/std constant (the LN-rule) and gelu(x) is recorded as
+/// x * (gelu(x) / x) with the ratio constant (bias_gelu as gelu(x + bias)), so that gradient x
+/// input is conservative through them (docs/analysis.md).
+/// @ingroup autograd
 #pragma once
 
+/// @addtogroup autograd
+/// @{
 namespace attnlab {
 
 struct GradMode {
@@ -43,3 +47,4 @@ class NoGradGuard {
 };
 
 }  // namespace attnlab
+/// @}

@@ -1,10 +1,14 @@
-// Activation layers: module wrappers of the activation ops in autograd/ops.hpp, so they can
-// sit in a Sequential. None has parameters.
+/// @file
+/// Activation layers: module wrappers of the activation ops in autograd/ops.hpp, so they can
+/// sit in a Sequential. None has parameters.
+/// @ingroup nn
 #pragma once
 #include <string>
 
 #include "nn/module.hpp"
 
+/// @addtogroup nn
+/// @{
 namespace attnlab::nn {
 
 class ReLU : public UnaryModule {
@@ -13,7 +17,7 @@ class ReLU : public UnaryModule {
   std::string type_name() const override { return "ReLU"; }
 };
 
-// approximate: "none" (exact, x * Phi(x)) or "tanh" (Hendrycks & Gimpel's tanh form).
+/// approximate: "none" (exact, x * Phi(x)) or "tanh" (Hendrycks & Gimpel's tanh form).
 class GELU : public UnaryModule {
  public:
   explicit GELU(std::string approximate = "none");
@@ -35,7 +39,7 @@ class Sigmoid : public UnaryModule {
   std::string type_name() const override { return "Sigmoid"; }
 };
 
-// x for x > 0, alpha * (exp(x) - 1) otherwise.
+/// x for x > 0, alpha * (exp(x) - 1) otherwise.
 class ELU : public UnaryModule {
  public:
   explicit ELU(double alpha = 1.0) : alpha(alpha) {}
@@ -45,9 +49,10 @@ class ELU : public UnaryModule {
   double alpha;
 };
 
-// Applies the activation named `name` ("relu", "gelu", "gelu_tanh", "tanh", "sigmoid", "elu");
-// ValueError listing the choices otherwise. Used by layers configured by a string.
+/// Applies the activation named `name` ("relu", "gelu", "gelu_tanh", "tanh", "sigmoid", "elu");
+/// ValueError listing the choices otherwise. Used by layers configured by a string.
 Tensor activation(const std::string& name, const Tensor& x);
 void check_activation_name(const std::string& name, const char* who);
 
 }  // namespace attnlab::nn
+/// @}

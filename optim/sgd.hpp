@@ -1,19 +1,23 @@
-// SGD with momentum, dampening, Nesterov momentum and L2 weight decay, exactly as
-// torch.optim.SGD in PyTorch 1.13 (formulas in docs/optim.md):
-//   d = g + wd * p
-//   buf = d on the first step, else momentum * buf + (1 - dampening) * d
-//   d = nesterov ? d + momentum * buf : buf          (when momentum != 0)
-//   p = p - lr * d
+/// @file
+/// SGD with momentum, dampening, Nesterov momentum and L2 weight decay, exactly as
+/// torch.optim.SGD in PyTorch 1.13 (formulas in docs/optim.md):
+///   d = g + wd * p
+///   buf = d on the first step, else momentum * buf + (1 - dampening) * d
+///   d = nesterov ? d + momentum * buf : buf          (when momentum != 0)
+///   p = p - lr * d
+/// @ingroup optim
 #pragma once
 #include "optim/optimizer.hpp"
 
+/// @addtogroup optim
+/// @{
 namespace attnlab::optim {
 
 struct SGDOptions {
-  double lr = kInherit;  // required (like torch), here or in every ParamGroup
+  double lr = kInherit;  ///< required (like torch), here or in every ParamGroup
   double momentum = 0;
   double dampening = 0;
-  double weight_decay = 0;  // L2: added to the gradient
+  double weight_decay = 0;  ///< L2: added to the gradient
   bool nesterov = false;
 };
 
@@ -36,3 +40,4 @@ class SGD : public Optimizer {
 };
 
 }  // namespace attnlab::optim
+/// @}

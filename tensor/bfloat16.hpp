@@ -1,19 +1,23 @@
-// bfloat16: the upper 16 bits of an IEEE float32 (1 sign, 8 exponent, 7 mantissa bits), the
-// element type of mixed-precision matrix products (docs/performance.md, section 11). It has
-// float32's range and 2-3 significant decimal digits.
-//
-// float32 -> bfloat16 rounds to nearest, ties to even, on the dropped 16 bits (what PyTorch,
-// oneDNN and the AVX512_BF16 instruction vcvtneps2bf16 do); a NaN stays a NaN (quiet, sign
-// kept) instead of rounding into infinity; overflow rounds to +-inf. bfloat16 -> float32 is
-// exact (a 16-bit shift).
-//
-// bfloat16 is a storage type: attnlab converts to and from it, copies, prints, saves and loads
-// it, and multiplies bf16 matrices with float32 results (kernels::matmul). Arithmetic on the
-// struct goes through float, so generic code written for float compiles for it too.
+/// @file
+/// bfloat16: the upper 16 bits of an IEEE float32 (1 sign, 8 exponent, 7 mantissa bits), the
+/// element type of mixed-precision matrix products (docs/performance.md, section 11). It has
+/// float32's range and 2-3 significant decimal digits.
+///
+/// float32 -> bfloat16 rounds to nearest, ties to even, on the dropped 16 bits (what PyTorch,
+/// oneDNN and the AVX512_BF16 instruction vcvtneps2bf16 do); a NaN stays a NaN (quiet, sign
+/// kept) instead of rounding into infinity; overflow rounds to +-inf. bfloat16 -> float32 is
+/// exact (a 16-bit shift).
+///
+/// bfloat16 is a storage type: attnlab converts to and from it, copies, prints, saves and loads
+/// it, and multiplies bf16 matrices with float32 results (kernels::matmul). Arithmetic on the
+/// struct goes through float, so generic code written for float compiles for it too.
+/// @ingroup tensor
 #pragma once
 #include <bit>
 #include <cstdint>
 
+/// @addtogroup tensor
+/// @{
 namespace attnlab {
 
 constexpr uint16_t float_to_bfloat16_bits(float x) {
@@ -39,7 +43,8 @@ struct bfloat16 {
 };
 static_assert(sizeof(bfloat16) == 2);
 
-// x rounded to the nearest bfloat16, as a float32 (the value a bf16 matrix product sees).
+/// x rounded to the nearest bfloat16, as a float32 (the value a bf16 matrix product sees).
 constexpr float round_to_bfloat16(float x) { return bfloat16_bits_to_float(float_to_bfloat16_bits(x)); }
 
 }  // namespace attnlab
+/// @}

@@ -1,8 +1,12 @@
-// Creating tensors. Random ones draw from an explicit Generator, so a seed fixes every value.
+/// @file
+/// Creating tensors. Random ones draw from an explicit Generator, so a seed fixes every value.
+/// @ingroup tensor
 #pragma once
 #include "tensor/random.hpp"
 #include "tensor/tensor.hpp"
 
+/// @addtogroup tensor
+/// @{
 namespace attnlab {
 
 Tensor empty(const Dims& shape, DType dtype = kFloat32);
@@ -12,17 +16,18 @@ Tensor full(const Dims& shape, double value, DType dtype = kFloat32);
 Tensor zeros_like(const Tensor& x);
 Tensor ones_like(const Tensor& x);
 Tensor full_like(const Tensor& x, double value);
-// [start, end) in steps of `step`.
+/// [start, end) in steps of `step`.
 Tensor arange(double end, DType dtype = kInt64);
 Tensor arange(double start, double end, double step = 1, DType dtype = kInt64);
 Tensor eye(int64_t n, DType dtype = kFloat32);
 Tensor eye(int64_t n, int64_t m, DType dtype = kFloat32);
-// Normal(mean, std), uniform [low, high), integers [low, high), Bernoulli(p).
+/// Normal(mean, std), uniform [low, high), integers [low, high), Bernoulli(p).
 Tensor randn(const Dims& shape, Generator& gen, DType dtype = kFloat32, double mean = 0, double std = 1);
 Tensor rand(const Dims& shape, Generator& gen, DType dtype = kFloat32, double low = 0, double high = 1);
 Tensor randint(int64_t low, int64_t high, const Dims& shape, Generator& gen, DType dtype = kInt64);
 Tensor bernoulli(const Dims& shape, double p, Generator& gen, DType dtype = kFloat32);
-// One draw per element of `probs` (values in [0, 1]), same shape and dtype.
+/// One draw per element of `probs` (values in [0, 1]), same shape and dtype.
 Tensor bernoulli(const Tensor& probs, Generator& gen);
 
 }  // namespace attnlab
+/// @}

@@ -1,7 +1,9 @@
-// Element types. float32 is the default; float64 exists for gradient checks; int64 holds
-// indices; bool (one byte) holds masks and comparison results; bfloat16 (tensor/bfloat16.hpp) is
-// a storage type for mixed precision: tensors convert to and from it, and bf16 matrix products
-// return float32 (autograd/autocast.hpp). Ops that compute (is_floating) take float32 or float64.
+/// @file
+/// Element types. float32 is the default; float64 exists for gradient checks; int64 holds
+/// indices; bool (one byte) holds masks and comparison results; bfloat16 (tensor/bfloat16.hpp) is
+/// a storage type for mixed precision: tensors convert to and from it, and bf16 matrix products
+/// return float32 (autograd/autocast.hpp). Ops that compute (is_floating) take float32 or float64.
+/// @ingroup tensor
 #pragma once
 #include <cstdint>
 #include <string_view>
@@ -9,6 +11,8 @@
 #include "tensor/bfloat16.hpp"
 #include "tensor/error.hpp"
 
+/// @addtogroup tensor
+/// @{
 namespace attnlab {
 
 enum class DType : uint8_t { Float32, Float64, Int64, Bool, BFloat16 };
@@ -41,8 +45,8 @@ constexpr std::string_view dtype_name(DType t) {
   return "?";
 }
 
-// The floating dtypes ops compute in. bfloat16 holds floating values too, but only for storage
-// and matrix products (is_floating_storage).
+/// The floating dtypes ops compute in. bfloat16 holds floating values too, but only for storage
+/// and matrix products (is_floating_storage).
 constexpr bool is_floating(DType t) { return t == DType::Float32 || t == DType::Float64; }
 constexpr bool is_floating_storage(DType t) { return is_floating(t) || t == DType::BFloat16; }
 
@@ -53,7 +57,7 @@ template <> struct dtype_of<int64_t> { static constexpr DType value = DType::Int
 template <> struct dtype_of<bool> { static constexpr DType value = DType::Bool; };
 template <> struct dtype_of<bfloat16> { static constexpr DType value = DType::BFloat16; };
 
-// Calls f(T{}) with T the C++ type of `t`. `op` names the caller for the error message.
+/// Calls f(T{}) with T the C++ type of `t`. `op` names the caller for the error message.
 template <class F>
 decltype(auto) dispatch_floating(DType t, const char* op, F&& f) {
   switch (t) {
@@ -86,3 +90,4 @@ decltype(auto) dispatch_all(DType t, F&& f) {
 }
 
 }  // namespace attnlab
+/// @}

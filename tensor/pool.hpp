@@ -1,23 +1,27 @@
-// A small-object pool for the engine's bookkeeping: tensor handles (TensorImpl), storage
-// headers, autograd metadata, graph nodes and their per-input vectors. Every op creates a few
-// of these and every backward frees them, so with the system allocator a tiny op costs several
-// malloc/free pairs; with the pool it costs a push and a pop on a per-thread free list.
-//
-// Blocks are sized in 16-byte classes up to kPoolMaxBytes; larger requests go to operator new.
-// Each thread keeps its own lists, so no lock is taken. A block freed on another thread than
-// the one that allocated it joins the freeing thread's list: blocks of one class are
-// interchangeable (each was obtained from operator new at its class size). A thread's lists are
-// capped (kPoolMaxBlocks per class; beyond it blocks go back to operator delete) and are emptied
-// when the thread exits.
-//
-// Tensor storage (the data) does not come from here: it has its own caching allocator
-// (allocator.hpp), whose statistics the benchmark reports. Under AddressSanitizer the pool is
-// a plain operator new/delete, so that use-after-free of these objects is still caught.
+/// @file
+/// A small-object pool for the engine's bookkeeping: tensor handles (TensorImpl), storage
+/// headers, autograd metadata, graph nodes and their per-input vectors. Every op creates a few
+/// of these and every backward frees them, so with the system allocator a tiny op costs several
+/// malloc/free pairs; with the pool it costs a push and a pop on a per-thread free list.
+///
+/// Blocks are sized in 16-byte classes up to kPoolMaxBytes; larger requests go to operator new.
+/// Each thread keeps its own lists, so no lock is taken. A block freed on another thread than
+/// the one that allocated it joins the freeing thread's list: blocks of one class are
+/// interchangeable (each was obtained from operator new at its class size). A thread's lists are
+/// capped (kPoolMaxBlocks per class; beyond it blocks go back to operator delete) and are emptied
+/// when the thread exits.
+///
+/// Tensor storage (the data) does not come from here: it has its own caching allocator
+/// (allocator.hpp), whose statistics the benchmark reports. Under AddressSanitizer the pool is
+/// a plain operator new/delete, so that use-after-free of these objects is still caught.
+/// @ingroup tensor
 #pragma once
 #include <cstddef>
 #include <memory>
 #include <vector>
 
+/// @addtogroup tensor
+/// @{
 namespace attnlab {
 
 inline constexpr std::size_t kPoolMaxBytes = 1024;
@@ -26,7 +30,7 @@ inline constexpr int kPoolMaxBlocks = 4096;
 void* pool_alloc(std::size_t bytes);
 void pool_free(void* p, std::size_t bytes) noexcept;
 
-// The pool as a standard allocator, for std::allocate_shared and containers.
+/// The pool as a standard allocator, for std::allocate_shared and containers.
 template <class T>
 struct PoolAllocator {
   using value_type = T;
@@ -42,10 +46,11 @@ struct PoolAllocator {
 template <class T>
 using PoolVector = std::vector<T, PoolAllocator<T>>;
 
-// std::make_shared, with the object and its control block in one pool block.
+/// std::make_shared, with the object and its control block in one pool block.
 template <class T, class... Args>
 std::shared_ptr<T> make_pooled(Args&&... args) {
   return std::allocate_shared<T>(PoolAllocator<T>(), std::forward<Args>(args)...);
 }
 
 }  // namespace attnlab
+/// @}

@@ -1,6 +1,8 @@
-// Dims: a fixed-capacity list of sizes or strides (at most 8 dimensions), so that shapes never
-// touch the heap. Plus the shape arithmetic every op shares: numel, contiguous strides,
-// broadcasting, and dim wrapping.
+/// @file
+/// Dims: a fixed-capacity list of sizes or strides (at most 8 dimensions), so that shapes never
+/// touch the heap. Plus the shape arithmetic every op shares: numel, contiguous strides,
+/// broadcasting, and dim wrapping.
+/// @ingroup tensor
 #pragma once
 #include <algorithm>
 #include <array>
@@ -11,6 +13,8 @@
 
 #include "tensor/error.hpp"
 
+/// @addtogroup tensor
+/// @{
 namespace attnlab {
 
 class Dims {
@@ -61,14 +65,14 @@ class Dims {
   int n_ = 0;
 };
 
-// "(2,3,4)"; a 0-d shape prints as "()".
+/// "(2,3,4)"; a 0-d shape prints as "()".
 std::string to_string(const Dims& d);
 
-// Throws ShapeError naming `shape`: it has a negative size, or more elements than int64 counts.
+/// Throws ShapeError naming `shape`: it has a negative size, or more elements than int64 counts.
 [[noreturn]] void fail_bad_shape(const Dims& shape);
 
-// Checked: every size must be >= 0 and the product of the nonzero sizes must fit in int64, so
-// that the element count and every contiguous stride are exact. A zero size gives 0 elements.
+/// Checked: every size must be >= 0 and the product of the nonzero sizes must fit in int64, so
+/// that the element count and every contiguous stride are exact. A zero size gives 0 elements.
 inline int64_t numel_of(const Dims& shape) {
   int64_t n = 1;
   bool zero = false;
@@ -80,7 +84,7 @@ inline int64_t numel_of(const Dims& shape) {
   return zero ? 0 : n;
 }
 
-// Row-major strides; checked like numel_of (a stride is a product of trailing sizes).
+/// Row-major strides; checked like numel_of (a stride is a product of trailing sizes).
 inline Dims contiguous_strides(const Dims& shape) {
   Dims st = Dims::filled(shape.size(), 1);
   for (int i = shape.size() - 2; i >= 0; --i)
@@ -89,14 +93,15 @@ inline Dims contiguous_strides(const Dims& shape) {
   return st;
 }
 
-// Wraps a possibly negative dim into [0, ndim); `op` names the caller in the error.
+/// Wraps a possibly negative dim into [0, ndim); `op` names the caller in the error.
 int wrap_dim(int64_t dim, int ndim, const char* op);
 
-// NumPy broadcasting of two shapes; throws ShapeError naming `op` and both shapes.
+/// NumPy broadcasting of two shapes; throws ShapeError naming `op` and both shapes.
 Dims broadcast_shapes(const Dims& a, const Dims& b, const char* op);
 
-// Strides that read a tensor of `shape`/`strides` as if expanded to `target` (stride 0 on
-// broadcast dims). `target` must be a broadcast of `shape`.
+/// Strides that read a tensor of `shape`/`strides` as if expanded to `target` (stride 0 on
+/// broadcast dims). `target` must be a broadcast of `shape`.
 Dims broadcast_strides(const Dims& shape, const Dims& strides, const Dims& target);
 
 }  // namespace attnlab
+/// @}

@@ -1,10 +1,12 @@
-// A sequential stream of random numbers on top of attnlab's Philox4x32-10 (tensor/random.hpp),
-// for the data code that draws one number at a time (shuffles, generated tasks).
-//
-// The stream for (seed, stream id) reads counters stream_id * 2^32, stream_id * 2^32 + 1, ...
-// under key `seed`, so streams with different ids never overlap (each holds 2^34 32-bit
-// words) and a stream is a pure function of (seed, id): example i of a generated task and the
-// permutation of epoch e are reproducible on their own, in any order and on any thread.
+/// @file
+/// A sequential stream of random numbers on top of attnlab's Philox4x32-10 (tensor/random.hpp),
+/// for the data code that draws one number at a time (shuffles, generated tasks).
+///
+/// The stream for (seed, stream id) reads counters stream_id * 2^32, stream_id * 2^32 + 1, ...
+/// under key `seed`, so streams with different ids never overlap (each holds 2^34 32-bit
+/// words) and a stream is a pure function of (seed, id): example i of a generated task and the
+/// permutation of epoch e are reproducible on their own, in any order and on any thread.
+/// @ingroup data
 #pragma once
 #include <array>
 #include <cstdint>
@@ -12,6 +14,8 @@
 
 #include "tensor/random.hpp"
 
+/// @addtogroup data
+/// @{
 namespace attnlab::data {
 
 class PhiloxStream {
@@ -29,7 +33,7 @@ class PhiloxStream {
     const uint64_t hi = next_u32();
     return hi << 32 | next_u32();
   }
-  // Uniform in [0, n), exactly (rejection of the last partial block of 2^64 values).
+  /// Uniform in [0, n), exactly (rejection of the last partial block of 2^64 values).
   uint64_t below(uint64_t n) {
     const uint64_t limit = std::numeric_limits<uint64_t>::max() - std::numeric_limits<uint64_t>::max() % n;
     uint64_t x;
@@ -37,9 +41,9 @@ class PhiloxStream {
     while (x >= limit);
     return x % n;
   }
-  // Uniform in [lo, hi], both ends included (Python's random.randint).
+  /// Uniform in [lo, hi], both ends included (Python's random.randint).
   int64_t between(int64_t lo, int64_t hi) { return lo + static_cast<int64_t>(below(uint64_t(hi - lo) + 1)); }
-  // Uniform in (0, 1).
+  /// Uniform in (0, 1).
   double unit() {
     const uint32_t hi = next_u32();
     return bits_to_unit(hi, next_u32());
@@ -53,3 +57,4 @@ class PhiloxStream {
 };
 
 }  // namespace attnlab::data
+/// @}

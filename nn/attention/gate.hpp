@@ -1,30 +1,34 @@
-// Head gates (docs/attention.md, "Head gates"): Hard Concrete gates with the expected-L0 penalty
-// (Louizos et al. 2018, as used for heads by Voita et al. 2019), and the fixed `head_mask`
-// buffer whose gradient is Michel et al.'s head importance.
+/// @file
+/// Head gates (docs/attention.md, "Head gates"): Hard Concrete gates with the expected-L0 penalty
+/// (Louizos et al. 2018, as used for heads by Voita et al. 2019), and the fixed `head_mask`
+/// buffer whose gradient is Michel et al.'s head importance.
+/// @ingroup attention
 #pragma once
 #include "nn/attention/spec.hpp"
 #include "nn/module.hpp"
 #include "tensor/random.hpp"
 
+/// @addtogroup attention
+/// @{
 namespace attnlab::nn {
 
 struct GateConfig {
-  std::string kind = "none";  // none | hard_concrete
-  double init = 2.0;          // gate_init: log_alpha's initial value
-  double temperature = 0.33;  // beta
+  std::string kind = "none";  ///< none | hard_concrete
+  double init = 2.0;          ///< gate_init: log_alpha's initial value
+  double temperature = 0.33;  ///< beta
   double gamma = -0.1;
   double zeta = 1.1;
-  bool hard = false;  // eval mode: g = 1 if the gate value > 0.5 else 0
+  bool hard = false;  ///< eval mode: g = 1 if the gate value > 0.5 else 0
 };
 
-// Parameter `log_alpha` (hv). Train mode: one u per head per forward call (shared across the
-// batch) from the gate's own generator; eval mode: the deterministic gate.
+/// Parameter `log_alpha` (hv). Train mode: one u per head per forward call (shared across the
+/// batch) from the gate's own generator; eval mode: the deterministic gate.
 class HardConcreteGate : public Module {
  public:
   HardConcreteGate(int64_t heads, const GateConfig& config);
-  // g (hv)
+  /// g (hv)
   Tensor forward();
-  // sum_i sigmoid(log_alpha_i - beta * log(-gamma / zeta)), a 0-d tensor.
+  /// sum_i sigmoid(log_alpha_i - beta * log(-gamma / zeta)), a 0-d tensor.
   Tensor l0_penalty() const;
   std::string type_name() const override { return "HardConcreteGate"; }
   Tensor log_alpha;
@@ -33,3 +37,4 @@ class HardConcreteGate : public Module {
 };
 
 }  // namespace attnlab::nn
+/// @}

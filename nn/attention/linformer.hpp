@@ -1,22 +1,26 @@
-// `linformer`: low-rank attention by projecting keys and values along the sequence (Wang et al.
-// 2020, "Linformer: Self-Attention with Linear Complexity"; docs/attention.md, "linformer").
-//
-//   K' = proj_k[:, :M] K,  V' = proj_v[:, :M] V      per head; (k, M) x (M, d) -> (k, d)
-//   O_i = softmax(q_i K'_i^T / sqrt(dk)) V'_i           (N, k) scores: O(N k), never N x M
-//   output = out_proj(concat_i(g_i * head_mask_i * O_i))
-//
-// Key masks only: masked keys' rows of K and V are zeroed before projecting, so a query whose
-// every key is masked gets V' = 0 and a zero output. Not causal. No attention probabilities are
-// returned (need_weights gives an undefined tensor): the k projected rows are not keys.
+/// @file
+/// `linformer`: low-rank attention by projecting keys and values along the sequence (Wang et al.
+/// 2020, "Linformer: Self-Attention with Linear Complexity"; docs/attention.md, "linformer").
+///
+///   K' = proj_k[:, :M] K,  V' = proj_v[:, :M] V      per head; (k, M) x (M, d) -> (k, d)
+///   O_i = softmax(q_i K'_i^T / sqrt(dk)) V'_i           (N, k) scores: O(N k), never N x M
+///   output = out_proj(concat_i(g_i * head_mask_i * O_i))
+///
+/// Key masks only: masked keys' rows of K and V are zeroed before projecting, so a query whose
+/// every key is masked gets V' = 0 and a zero output. Not causal. No attention probabilities are
+/// returned (need_weights gives an undefined tensor): the k projected rows are not keys.
+/// @ingroup attention
 #pragma once
 #include "nn/attention/projected.hpp"
 
+/// @addtogroup attention
+/// @{
 namespace attnlab::nn {
 
 struct LinformerConfig {
-  int64_t proj_len = 64;  // k
-  int64_t max_len = 512;  // L: the longest key sequence proj_k can take
-  bool share_kv = false;  // share=kv: proj_k projects the values too, and proj_v does not exist
+  int64_t proj_len = 64;  ///< k
+  int64_t max_len = 512;  ///< L: the longest key sequence proj_k can take
+  bool share_kv = false;  ///< share=kv: proj_k projects the values too, and proj_v does not exist
 };
 
 class Linformer : public ProjectedAttention {
@@ -28,15 +32,16 @@ class Linformer : public ProjectedAttention {
   AttentionResult forward(const Tensor& x, const Tensor& context = {}, const Tensor& mask = {}, bool causal = false,
                           bool need_weights = false) override;
   void own_options(OptionValues& values) const override;
-  // Packed sequences: rejected, it takes key masks only (constant along N), and a segment mask varies along N.
+  /// Packed sequences: rejected, it takes key masks only (constant along N), and a segment mask varies along N.
   AttentionResult forward_segments(const Tensor&, const Tensor&, const Tensor&, bool, bool) override {
     reject_segment_ids("linformer", "it takes key masks only (constant along N), and a segment mask varies along N");
   }
   std::string type_name() const override { return "Linformer"; }
 
   LinformerConfig settings;
-  Tensor proj_k;  // (k, L)
-  Tensor proj_v;  // (k, L), undefined with share=kv
+  Tensor proj_k;  ///< (k, L)
+  Tensor proj_v;  ///< (k, L), undefined with share=kv
 };
 
 }  // namespace attnlab::nn
+/// @}

@@ -1,85 +1,89 @@
-// The fixed positional sparsity patterns of docs/attention.md ("local" to "dilated"), on the MHA
-// projections:
-//
-//   local(window=w, sink_tokens=s)   allowed iff |n - m| <= w or m < s   (sinks: Xiao et al. 2024)
-//   sparse_strided(stride=l)         allowed iff |n - m| < l or (n - m) mod l == 0   (Child et al. 2019)
-//   sparse_fixed(block=l, summary=c) allowed iff n div l == m div l or m mod l >= l - c   (Child et al. 2019)
-//   dilated(window=w, dilation=d)    allowed iff |n - m| <= w d and (n - m) mod d == 0
-//
-// plus causal (m <= n) and the user's mask, on raw indices n < N, m < M (cross-attention too).
-// None of them builds an N x M tensor: each pattern is cut into disjoint parts that are
-// contiguous key ranges per query row after gathering rows (tile_attention.hpp), and parts are
-// merged exactly by their log-sum-exps:
-//
-//   local           one part, the band; with sinks the band runs from key 0 with the gap
-//                   between the sinks and the window excluded (ex_lo, ex_hi)  O(N (w + s))
-//   dilated         positions grouped by n mod d (index_select), then a band of width w in each group
-//                                                                           O(N w)
-//   sparse_strided  the band |n - m| < l, plus dense attention inside each residue class mod l
-//                   with m != n                                             O(N (l + N/l))
-//   sparse_fixed    the own block, plus the gathered summary columns outside it
-//                                                                           O(N (l + c N/l))
-//
-// The part/merge machinery (PatternPart, attend_parts, dilated_band) is public: `longformer`
-// runs its window and global positions on it too (longformer.hpp).
+/// @file
+/// The fixed positional sparsity patterns of docs/attention.md ("local" to "dilated"), on the MHA
+/// projections:
+///
+///   local(window=w, sink_tokens=s)   allowed iff |n - m| <= w or m < s   (sinks: Xiao et al. 2024)
+///   sparse_strided(stride=l)         allowed iff |n - m| < l or (n - m) mod l == 0   (Child et al. 2019)
+///   sparse_fixed(block=l, summary=c) allowed iff n div l == m div l or m mod l >= l - c   (Child et al. 2019)
+///   dilated(window=w, dilation=d)    allowed iff |n - m| <= w d and (n - m) mod d == 0
+///
+/// plus causal (m <= n) and the user's mask, on raw indices n < N, m < M (cross-attention too).
+/// None of them builds an N x M tensor: each pattern is cut into disjoint parts that are
+/// contiguous key ranges per query row after gathering rows (tile_attention.hpp), and parts are
+/// merged exactly by their log-sum-exps:
+///
+///   local           one part, the band; with sinks the band runs from key 0 with the gap
+///                   between the sinks and the window excluded (ex_lo, ex_hi)  O(N (w + s))
+///   dilated         positions grouped by n mod d (index_select), then a band of width w in each group
+///                                                                           O(N w)
+///   sparse_strided  the band |n - m| < l, plus dense attention inside each residue class mod l
+///                   with m != n                                             O(N (l + N/l))
+///   sparse_fixed    the own block, plus the gathered summary columns outside it
+///                                                                           O(N (l + c N/l))
+///
+/// The part/merge machinery (PatternPart, attend_parts, dilated_band) is public: `longformer`
+/// runs its window and global positions on it too (longformer.hpp).
+/// @ingroup attention
 #pragma once
 #include "nn/attention/kernels/tile_attention.hpp"
 #include "nn/attention/projected.hpp"
 
+/// @addtogroup attention
+/// @{
 namespace attnlab::nn {
 
-// One part of a pattern: kernel row i is query q_rows[i] (raw position), key row j is key
-// k_rows[j]; empty = all positions in order. q_rows, when given, holds distinct positions; the
-// queries it leaves out get nothing from this part (zero output, lse -inf).
+/// One part of a pattern: kernel row i is query q_rows[i] (raw position), key row j is key
+/// k_rows[j]; empty = all positions in order. q_rows, when given, holds distinct positions; the
+/// queries it leaves out get nothing from this part (zero output, lse -inf).
 struct PatternPart {
   std::vector<int64_t> q_rows, k_rows;
-  TilePattern pattern;  // lo, hi, ex_lo, ex_hi in kernel coordinates, causality folded in
-  int64_t tile = 64;    // query and key tile size for this part
-  // This part's own inputs, already in kernel rows: q (B, h, |q_rows|, dk), k (B, h, |k_rows|, dk),
-  // v (B, h, |k_rows|, dv). Undefined: rows gathered from the shared q, k, v of attend_parts.
-  // (longformer's separate_global rows use other projections.)
+  TilePattern pattern;  ///< lo, hi, ex_lo, ex_hi in kernel coordinates, causality folded in
+  int64_t tile = 64;    ///< query and key tile size for this part
+  /// This part's own inputs, already in kernel rows: q (B, h, |q_rows|, dk), k (B, h, |k_rows|, dk),
+  /// v (B, h, |k_rows|, dv). Undefined: rows gathered from the shared q, k, v of attend_parts.
+  /// (longformer's separate_global rows use other projections.)
   Tensor q, k, v;
-  // The other parts give this part's queries no key: their rows take its output as it is, with
-  // no lse and no merge (longformer's global rows). Needs q_rows.
+  /// The other parts give this part's queries no key: their rows take its output as it is, with
+  /// no lse and no merge (longformer's global rows). Needs q_rows.
   bool alone = false;
 };
 
-// Softmax attention over the union of disjoint parts, in position order: each part on
-// tile_attention, then the parts merged exactly by their log-sum-exps. q (B, h, N, dk),
-// k (B, h, M, dk), v (B, h, M, dv); `mask` bool broadcastable to (B, h, N, M) on raw positions;
-// options.dropout/seed are shared by the parts (the draws are keyed by raw (b, h, n, m), so the
-// parts together are one dropout). Parts that allow nothing are skipped; `alone` parts replace
-// their rows after the merge (checked: no other part gives those rows a key).
-// segment_ids (B, N), when given, limit each query to the keys of its segment (self-attention;
-// docs/attention.md, "Packed sequences"). Returns (B, h, N, dv); rows no part allows are zero.
+/// Softmax attention over the union of disjoint parts, in position order: each part on
+/// tile_attention, then the parts merged exactly by their log-sum-exps. q (B, h, N, dk),
+/// k (B, h, M, dk), v (B, h, M, dv); `mask` bool broadcastable to (B, h, N, M) on raw positions;
+/// options.dropout/seed are shared by the parts (the draws are keyed by raw (b, h, n, m), so the
+/// parts together are one dropout). Parts that allow nothing are skipped; `alone` parts replace
+/// their rows after the merge (checked: no other part gives those rows a key).
+/// segment_ids (B, N), when given, limit each query to the keys of its segment (self-attention;
+/// docs/attention.md, "Packed sequences"). Returns (B, h, N, dv); rows no part allows are zero.
 Tensor attend_parts(std::vector<PatternPart>& parts, const Tensor& q, const Tensor& k, const Tensor& v,
                     const Tensor& mask, TileOptions options, const char* variant, const Tensor& segment_ids = {});
 
-// The dilated band |n - m| <= w d and (n - m) mod d == 0 (causal: also m <= n) for n < N queries
-// and m < M keys, without the keys in `skip_keys` (sorted, distinct, < M) and giving no key to
-// the queries n with skip_queries[n] (empty: none). d = 1 keeps identity positions when each
-// row's skipped keys are one run of consecutive positions (cut off lo/hi or one exclusion
-// range); otherwise keys (and for d > 1 queries) are regrouped by position mod d with the
-// skipped keys left out, inside which the window is one contiguous range of key rows.
+/// The dilated band |n - m| <= w d and (n - m) mod d == 0 (causal: also m <= n) for n < N queries
+/// and m < M keys, without the keys in `skip_keys` (sorted, distinct, < M) and giving no key to
+/// the queries n with skip_queries[n] (empty: none). d = 1 keeps identity positions when each
+/// row's skipped keys are one run of consecutive positions (cut off lo/hi or one exclusion
+/// range); otherwise keys (and for d > 1 queries) are regrouped by position mod d with the
+/// skipped keys left out, inside which the window is one contiguous range of key rows.
 PatternPart dilated_band(int64_t n, int64_t m, int64_t window, int64_t dilation, bool causal,
                          const std::vector<int64_t>& skip_keys = {}, const std::vector<char>& skip_queries = {});
 
 class PatternAttention : public ProjectedAttention {
  public:
-  // need_weights densifies the probabilities (B, h, N, M): small inputs only.
+  /// need_weights densifies the probabilities (B, h, N, M): small inputs only.
   AttentionResult forward(const Tensor& x, const Tensor& context = {}, const Tensor& mask = {}, bool causal = false,
                           bool need_weights = false) override;
 
-  // The documented rule for query n and key m (causality and the mask aside), written plainly.
+  /// The documented rule for query n and key m (causality and the mask aside), written plainly.
   virtual bool allows(int64_t n, int64_t m) const = 0;
 
   using Part = PatternPart;
-  // Disjoint parts whose union is the pattern, for N queries and M keys.
+  /// Disjoint parts whose union is the pattern, for N queries and M keys.
   virtual std::vector<Part> parts(int64_t n, int64_t m, bool causal) const = 0;
 
  protected:
   PatternAttention(std::string variant, int64_t d_model, const HeadConfig& config);
-  // Packed sequences: the segment ids go to every part's tile_attention (no (N, N) mask).
+  /// Packed sequences: the segment ids go to every part's tile_attention (no (N, N) mask).
   AttentionResult forward_segments(const Tensor& x, const Tensor& segment_ids, const Tensor& mask, bool causal,
                                    bool need_weights) override;
 
@@ -96,12 +100,12 @@ class LocalAttention : public PatternAttention {
   bool allows(int64_t n, int64_t m) const override;
   std::vector<Part> parts(int64_t n, int64_t m, bool causal) const override;
   std::string type_name() const override { return "LocalAttention"; }
-  // The sink positions [0, s) and a rolling window of the last `window` positions after them:
-  // B h min(length, s + window) (dk + dv) numbers whatever the length (max_len is not needed).
+  /// The sink positions [0, s) and a rolling window of the last `window` positions after them:
+  /// B h min(length, s + window) (dk + dv) numbers whatever the length (max_len is not needed).
   std::unique_ptr<AttentionCache> make_cache(int64_t batch, int64_t max_len) const override;
   Tensor forward_step(const Tensor& x_new, AttentionCache& cache) override;
   int64_t window;
-  int64_t sink_tokens;  // s: keys 0..s-1 are attended by every query (causal: by those at n >= m)
+  int64_t sink_tokens;  ///< s: keys 0..s-1 are attended by every query (causal: by those at n >= m)
 
  protected:
   void own_options(OptionValues& values) const override;
@@ -150,3 +154,4 @@ class DilatedAttention : public PatternAttention {
 };
 
 }  // namespace attnlab::nn
+/// @}

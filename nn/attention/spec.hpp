@@ -1,8 +1,10 @@
-// Attention spec strings: `name(opt=value, opt=value)` (docs/attention.md, "Spec strings").
-// Booleans are true/false; lists are joined by '+' (parts=random+vanilla). A variant declares
-// its options as a schema; `Options` checks a parsed spec against it, so an unknown option, an
-// ill-typed value or a value outside the allowed set is an error naming the variant, the
-// option and what is allowed.
+/// @file
+/// Attention spec strings: `name(opt=value, opt=value)` (docs/attention.md, "Spec strings").
+/// Booleans are true/false; lists are joined by '+' (parts=random+vanilla). A variant declares
+/// its options as a schema; `Options` checks a parsed spec against it, so an unknown option, an
+/// ill-typed value or a value outside the allowed set is an error naming the variant, the
+/// option and what is allowed.
+/// @ingroup attention
 #pragma once
 #include <concepts>
 #include <cstdint>
@@ -13,13 +15,15 @@
 
 #include "tensor/option_string.hpp"
 
+/// @addtogroup attention
+/// @{
 namespace attnlab::nn {
 
-// The grammar is the one of tensor/option_string.hpp, shared with the LR schedules.
+/// The grammar is the one of tensor/option_string.hpp, shared with the LR schedules.
 using Spec = OptionString;
 
-// Parses "talking_heads(heads=8, logit_heads=4)"; "mha" alone has no options. The name must
-// be an identifier.
+/// Parses "talking_heads(heads=8, logit_heads=4)"; "mha" alone has no options. The name must
+/// be an identifier.
 Spec parse_spec(const std::string& text);
 std::string to_string(const Spec& spec);
 
@@ -28,28 +32,28 @@ enum class OptionType { Int, Double, Bool, Choice, List, IntList };
 struct OptionSchema {
   std::string name;
   OptionType type;
-  std::string default_value;         // as written in a spec; "" = computed (see doc)
-  std::string doc;                   // one line, e.g. "key size dk (default D/h)"
-  std::vector<std::string> choices;  // Choice: allowed values; List: allowed items
+  std::string default_value;         ///< as written in a spec; "" = computed (see doc)
+  std::string doc;                   ///< one line, e.g. "key size dk (default D/h)"
+  std::vector<std::string> choices;  ///< Choice: allowed values; List: allowed items
 };
 
 struct VariantSchema {
   std::string name;
-  std::string summary;  // one line, with the paper
+  std::string summary;  ///< one line, with the paper
   std::vector<OptionSchema> options;
-  // Time and memory as functions of N, M, D, h, dk, dv and the variant's options, one line
-  // each (docs/attention.md, "What every variant offers"), e.g. "O(B h N M dk)".
+  /// Time and memory as functions of N, M, D, h, dk, dv and the variant's options, one line
+  /// each (docs/attention.md, "What every variant offers"), e.g. "O(B h N M dk)".
   std::string time_cost;
   std::string memory_cost;
 };
 
-// Typed access to a spec's option values, validated against a schema.
+/// Typed access to a spec's option values, validated against a schema.
 class Options {
  public:
   Options(const VariantSchema& schema, const Spec& spec);
   const std::string& variant() const { return variant_; }
   bool given(const std::string& name) const;
-  // Whether the schema declares `name` (mla has the head options without `bias`).
+  /// Whether the schema declares `name` (mla has the head options without `bias`).
   bool accepts(const std::string& name) const;
   int64_t get_int(const std::string& name) const;
   double get_double(const std::string& name) const;
@@ -57,9 +61,9 @@ class Options {
   std::string get_choice(const std::string& name) const;
   std::vector<std::string> get_list(const std::string& name) const;
   std::vector<int64_t> get_int_list(const std::string& name) const;
-  // Int options whose default is computed ("" in the schema): the value if given.
+  /// Int options whose default is computed ("" in the schema): the value if given.
   std::optional<int64_t> get_optional_int(const std::string& name) const;
-  // Throws ValueError "<variant>: option <name> ...: <why>".
+  /// Throws ValueError "<variant>: option <name> ...: <why>".
   [[noreturn]] void reject(const std::string& name, const std::string& why) const;
 
  private:
@@ -70,9 +74,9 @@ class Options {
   std::map<std::string, std::string> values_;
 };
 
-// A layer's resolved option values as spec text, for format_spec: set(name, value) takes a
-// bool, an integer, a double (printed by format_number, so it parses back to the same value),
-// a string, or a vector of these ('+'-joined).
+/// A layer's resolved option values as spec text, for format_spec: set(name, value) takes a
+/// bool, an integer, a double (printed by format_number, so it parses back to the same value),
+/// a string, or a vector of these ('+'-joined).
 class OptionValues {
  public:
   template <class T>
@@ -105,12 +109,13 @@ class OptionValues {
   std::map<std::string, std::string> values_;
 };
 
-// The spec string of a layer (docs/attention.md, "Spec strings"): the schema's name and every
-// option the layer set, in schema order, defaults included, so that a later change of a default
-// does not change a layer rebuilt from it. A layer leaves out a feature that is off together
-// with its sub-options (no gate: no gate_init; rope=false: no rope_base), and an empty value
-// (kv_index before pruning) is left out; with nothing set the spec is the bare name. A value
-// for an option the schema lacks is an error.
+/// The spec string of a layer (docs/attention.md, "Spec strings"): the schema's name and every
+/// option the layer set, in schema order, defaults included, so that a later change of a default
+/// does not change a layer rebuilt from it. A layer leaves out a feature that is off together
+/// with its sub-options (no gate: no gate_init; rope=false: no rope_base), and an empty value
+/// (kv_index before pruning) is left out; with nothing set the spec is the bare name. A value
+/// for an option the schema lacks is an error.
 std::string format_spec(const VariantSchema& schema, const OptionValues& values);
 
 }  // namespace attnlab::nn
+/// @}

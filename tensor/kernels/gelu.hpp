@@ -1,15 +1,19 @@
-// GELU (Hendrycks & Gimpel 2016) and its derivative as scalar functions, shared by the
-// elementwise gelu kernels (elementwise.cpp) and the fused bias + GELU pass (fused.cpp):
-//   exact:  gelu(x) = x Phi(x),  gelu'(x) = Phi(x) + x phi(x)
-//   tanh:   gelu(x) = x (1 + tanh(u)) / 2,  u = sqrt(2/pi) (x + 0.044715 x^3)
-// The exact form in float goes through normal_cdf_fast (rows.hpp), which vectorises and keeps
-// its relative precision in the negative tail where 1 + erf cancels, and gives the
-// exp(-x^2 / 2) of phi as a by-product; double goes through the library's erf.
+/// @file
+/// GELU (Hendrycks & Gimpel 2016) and its derivative as scalar functions, shared by the
+/// elementwise gelu kernels (elementwise.cpp) and the fused bias + GELU pass (fused.cpp):
+///   exact:  gelu(x) = x Phi(x),  gelu'(x) = Phi(x) + x phi(x)
+///   tanh:   gelu(x) = x (1 + tanh(u)) / 2,  u = sqrt(2/pi) (x + 0.044715 x^3)
+/// The exact form in float goes through normal_cdf_fast (rows.hpp), which vectorises and keeps
+/// its relative precision in the negative tail where 1 + erf cancels, and gives the
+/// exp(-x^2 / 2) of phi as a by-product; double goes through the library's erf.
+/// @ingroup tensor
 #pragma once
 #include <cmath>
 
 #include "tensor/kernels/rows.hpp"
 
+/// @addtogroup tensor
+/// @{
 namespace attnlab::kernels {
 
 inline constexpr double kInvSqrt2 = 0.70710678118654752440;
@@ -38,3 +42,4 @@ T gelu_tanh_grad(T x) {
 }
 
 }  // namespace attnlab::kernels
+/// @}
