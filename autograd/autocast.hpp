@@ -25,12 +25,13 @@
 /// @{
 namespace attnlab {
 
-enum class AutocastPolicy { Native, Force, Off };
+enum class AutocastPolicy { Native, Force, Off };  ///< when an AutocastGuard(kBFloat16) engages (ATTNLAB_AUTOCAST; see above)
 
 /// The policy named by ATTNLAB_AUTOCAST ("native", "force", "off"; unset = native). Throws
 /// ValueError naming the variable for any other value.
 AutocastPolicy autocast_policy_from_env();
 
+/// What an AutocastGuard does on this build and CPU, and why.
 struct AutocastDecision {
   bool bf16 = false;    ///< whether products run in bf16
   std::string reason;   ///< one line: why, with the oneDNN build and the CPU's bf16 flags
@@ -38,12 +39,14 @@ struct AutocastDecision {
 /// What a guard with `policy` does on this build and CPU.
 AutocastDecision autocast_decision(AutocastPolicy policy);
 
+/// The per-thread autocast switch (AutocastGuard sets it for a scope).
 struct AutocastMode {
   /// Whether matmul casts float32 operands to bf16 on this thread now.
   static bool is_enabled();
-  static void set_enabled(bool enabled);
+  static void set_enabled(bool enabled);  ///< turns casting on or off on this thread (prefer AutocastGuard)
 };
 
+/// Runs products in bfloat16 in its scope when the policy and the CPU allow it (see above).
 class AutocastGuard {
  public:
   /// dtype: kBFloat16 (the one mixed-precision dtype) or kFloat32 (a float32 region inside an
@@ -52,7 +55,7 @@ class AutocastGuard {
   ~AutocastGuard() { AutocastMode::set_enabled(prev_); }
   AutocastGuard(const AutocastGuard&) = delete;
   AutocastGuard& operator=(const AutocastGuard&) = delete;
-  bool bf16() const { return AutocastMode::is_enabled(); }
+  bool bf16() const { return AutocastMode::is_enabled(); }  ///< whether products in this scope run in bfloat16
 
  private:
   bool prev_;

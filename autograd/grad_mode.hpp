@@ -14,16 +14,19 @@
 /// @{
 namespace attnlab {
 
+/// The per-thread switch of history recording (on by default).
 struct GradMode {
-  static bool is_enabled();
-  static void set_enabled(bool enabled);
+  static bool is_enabled();  ///< whether ops record history on this thread
+  static void set_enabled(bool enabled);  ///< turns recording on or off on this thread (prefer NoGradGuard)
 };
 
+/// The per-thread switch of the conservative (LRP) forms of softmax, layer_norm and gelu.
 struct ConservativeMode {
-  static bool is_enabled();
-  static void set_enabled(bool enabled);
+  static bool is_enabled();  ///< whether the conservative forms are on for this thread
+  static void set_enabled(bool enabled);  ///< turns them on or off on this thread (prefer ConservativeModeGuard)
 };
 
+/// Turns ConservativeMode on for its scope (relevance propagation, docs/analysis.md).
 class ConservativeModeGuard {
  public:
   ConservativeModeGuard() : prev_(ConservativeMode::is_enabled()) { ConservativeMode::set_enabled(true); }
@@ -35,6 +38,7 @@ class ConservativeModeGuard {
   bool prev_;
 };
 
+/// Turns history recording off for its scope, like torch.no_grad().
 class NoGradGuard {
  public:
   NoGradGuard() : prev_(GradMode::is_enabled()) { GradMode::set_enabled(false); }

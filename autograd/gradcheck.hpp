@@ -17,21 +17,23 @@
 /// @{
 namespace attnlab {
 
+/// Tolerances and sampling of gradcheck().
 struct GradcheckOptions {
   double eps = 1e-6;   ///< finite-difference step
   double atol = 1e-5;  ///< pass if |analytic - numeric| <= atol + rtol * |numeric|
-  double rtol = 1e-3;
+  double rtol = 1e-3;  ///< relative tolerance (see atol)
   uint64_t seed = 0;   ///< for the random upstream gradient
   /// Elements checked per input: 0 = every one; otherwise at most this many, spread evenly over
   /// the input (large weight tables, where every element would cost two forward calls).
   int64_t max_elements = 0;
 };
 
+/// Whether every checked gradient matched, the largest error, and the first mismatch.
 struct GradcheckResult {
-  bool ok = true;
-  double max_abs_error = 0;
+  bool ok = true;  ///< every checked element within tolerance
+  double max_abs_error = 0;  ///< the largest |analytic - numeric| seen
   std::string message;  ///< the first mismatch, naming the input and element
-  explicit operator bool() const { return ok; }
+  explicit operator bool() const { return ok; }  ///< ok
 };
 
 /// Inputs that require grad must be float64; others (indices, masks, constants) pass through.

@@ -30,17 +30,19 @@ namespace attnlab {
 
 struct Node;
 
+/// One traced op: name, shapes, dtype, whether it made a new buffer, FLOPs and module.
 struct TracedOp {
   std::string name;           ///< the primitive's name, as in derivatives.cpp ("matmul", "softmax")
   std::vector<Dims> inputs;   ///< input shapes, in argument order (empty Dims for an undefined input)
-  Dims output;
-  DType dtype = kFloat32;
+  Dims output;  ///< the output's shape
+  DType dtype = kFloat32;  ///< the output's dtype
   bool new_storage = false;   ///< false: a view of an earlier tensor (reshape, permute, slice, ...)
   int64_t flops = -1;         ///< set by a fused kernel that knows its own count; -1 = not given
   std::string module;         ///< the module of a labelled parameter it reads (label_parameter), or ""
-  int64_t bytes() const { return new_storage ? numel_of(output) * int64_t(itemsize(dtype)) : 0; }
+  int64_t bytes() const { return new_storage ? numel_of(output) * int64_t(itemsize(dtype)) : 0; }  ///< bytes of the new buffer (0 for a view)
 };
 
+/// The ops recorded on a thread while an OpTraceGuard on it is alive (see the file's description).
 class OpTrace {
  public:
   /// Tensors that exist before the traced code runs (inputs, parameters, buffers): ops that
@@ -49,12 +51,12 @@ class OpTrace {
   /// Marks parameter `p` existing and names its module ("q_proj" for "q_proj.weight"); a
   /// parameter that requires no gradient records no history and so labels nothing.
   void label_parameter(const Tensor& p, const std::string& module);
-  void append(const Tensor& result, const std::shared_ptr<Node>& node);
+  void append(const Tensor& result, const std::shared_ptr<Node>& node);  ///< records one op (called from set_history)
   /// A fused op (tile_attention) states the FLOPs of the op it just recorded.
   void annotate_flops(int64_t flops) {
     if (!ops_.empty()) ops_.back().flops = flops;
   }
-  const std::vector<TracedOp>& ops() const { return ops_; }
+  const std::vector<TracedOp>& ops() const { return ops_; }  ///< the traced ops, in execution order
 
  private:
   std::vector<TracedOp> ops_;
@@ -71,7 +73,7 @@ class OpTrace {
 /// Traces the ops this thread records while alive; guards nest (the innermost trace wins).
 class OpTraceGuard {
  public:
-  explicit OpTraceGuard(OpTrace& trace);
+  explicit OpTraceGuard(OpTrace& trace);  ///< starts tracing into `trace` on this thread
   ~OpTraceGuard();
   OpTraceGuard(const OpTraceGuard&) = delete;
   OpTraceGuard& operator=(const OpTraceGuard&) = delete;

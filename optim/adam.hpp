@@ -20,27 +20,30 @@
 /// @{
 namespace attnlab::optim {
 
+/// The options of Adam, as torch.optim.Adam's.
 struct AdamOptions {
-  double lr = 1e-3;
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double eps = 1e-8;
+  double lr = 1e-3;  ///< learning rate
+  double beta1 = 0.9;  ///< decay of the first moment m
+  double beta2 = 0.999;  ///< decay of the second moment v
+  double eps = 1e-8;  ///< added to the denominator
   double weight_decay = 0;  ///< L2: added to the gradient
 };
 
+/// The options of AdamW, as torch.optim.AdamW's.
 struct AdamWOptions {
-  double lr = 1e-3;
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double eps = 1e-8;
+  double lr = 1e-3;  ///< learning rate
+  double beta1 = 0.9;  ///< decay of the first moment m
+  double beta2 = 0.999;  ///< decay of the second moment v
+  double eps = 1e-8;  ///< added to the denominator
   double weight_decay = 1e-2;  ///< decoupled: p *= 1 - lr * wd before the Adam update
 };
 
+/// Adam with L2 weight decay, exactly as torch.optim.Adam (see the file's description).
 class Adam : public Optimizer {
  public:
-  using Options = AdamOptions;
-  Adam(std::vector<ParamGroup> groups, const AdamOptions& options = {});
-  Adam(const std::vector<Tensor>& params, const AdamOptions& options = {});
+  using Options = AdamOptions;  ///< the options type (generic code: Opt::Options)
+  Adam(std::vector<ParamGroup> groups, const AdamOptions& options = {});  ///< Adam over parameter groups; ValueError for an invalid option or group
+  Adam(const std::vector<Tensor>& params, const AdamOptions& options = {});  ///< Adam over one group of parameters
 
   /// One update of every parameter that has a gradient, as one parallel pass over all their
   /// elements (per dtype). Before it, parameters and state are (re)laid out flat if the
@@ -54,7 +57,7 @@ class Adam : public Optimizer {
   Tensor flat_parameters(DType dtype) const { return flat_.parameters(dtype); }
   /// Whether `param` lives in flat_parameters(param.dtype()).
   bool is_flat(const Tensor& param) const { return flat_.holds(param); }
-  const AdamOptions& adam_options() const { return options_; }
+  const AdamOptions& adam_options() const { return options_; }  ///< the options it was built with
 
  protected:
   /// AdamW's constructor: same state, decoupled decay.
@@ -70,11 +73,12 @@ class Adam : public Optimizer {
   detail::FlatStore flat_{{"exp_avg", "exp_avg_sq"}};
 };
 
+/// AdamW: Adam with decoupled weight decay, exactly as torch.optim.AdamW (see the file's description).
 class AdamW : public Adam {
  public:
-  using Options = AdamWOptions;
-  AdamW(std::vector<ParamGroup> groups, const AdamWOptions& options = {});
-  AdamW(const std::vector<Tensor>& params, const AdamWOptions& options = {});
+  using Options = AdamWOptions;  ///< the options type (generic code: Opt::Options)
+  AdamW(std::vector<ParamGroup> groups, const AdamWOptions& options = {});  ///< AdamW over parameter groups; ValueError for an invalid option or group
+  AdamW(const std::vector<Tensor>& params, const AdamWOptions& options = {});  ///< AdamW over one group of parameters
 };
 
 }  // namespace attnlab::optim

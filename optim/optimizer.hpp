@@ -32,10 +32,10 @@ inline constexpr double kInherit = std::numeric_limits<double>::quiet_NaN();
 /// after construction every group holds concrete values. The options specific to one optimizer
 /// (momentum, betas, eps, ...) live in that optimizer's Options and apply to every group.
 struct ParamGroup {
-  std::vector<Tensor> params;
+  std::vector<Tensor> params;  ///< the group's parameters (leaf tensors)
   std::vector<std::string> names = {};  ///< empty, or one per param (filled with "<group>.<index>" if empty)
-  double lr = kInherit;
-  double weight_decay = kInherit;
+  double lr = kInherit;  ///< this group's learning rate; kInherit = the optimizer's
+  double weight_decay = kInherit;  ///< this group's weight decay; kInherit = the optimizer's
 };
 
 /// Splits named parameters into two groups, in this order:
@@ -49,6 +49,7 @@ struct ParamGroup {
 std::vector<ParamGroup> decay_groups(const std::vector<std::pair<std::string, Tensor>>& named,
                                      double weight_decay);
 
+/// The base of every optimizer: parameter groups, per-parameter state, checkpoints (state_dict).
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
@@ -61,19 +62,19 @@ class Optimizer {
   /// into the same buffers; set_to_none drops them instead.
   void zero_grad(bool set_to_none = false);
 
-  std::vector<ParamGroup>& param_groups() { return groups_; }
-  const std::vector<ParamGroup>& param_groups() const { return groups_; }
+  std::vector<ParamGroup>& param_groups() { return groups_; }  ///< the groups (their lr may be changed between steps, e.g. by a Scheduler)
+  const std::vector<ParamGroup>& param_groups() const { return groups_; }  ///< the groups
   /// Every parameter of every group, in group order (e.g. for clip_grad_norm_).
   std::vector<Tensor> parameters() const;
   /// Number of step() calls so far (restored by load_state_dict).
   int64_t step_count() const { return step_count_; }
-  const std::string& name() const { return name_; }
+  const std::string& name() const { return name_; }  ///< "SGD", "Adam" or "AdamW"
 
   /// The whole optimizer as tensors, for checkpoints (copies: later steps do not change them):
   ///   step                          int64 0-d, step_count()
-  ///   param_groups.<g>.num_params   int64 0-d
-  ///   param_groups.<g>.<option>     float64 0-d: lr, weight_decay and the optimizer's options
-  ///   state.<g>.<i>.<buffer>        the state of parameter i of group g (exp_avg, ...), only
+  ///   param_groups.g.num_params     int64 0-d
+  ///   param_groups.g.OPTION         float64 0-d: lr, weight_decay and the optimizer's options
+  ///   state.g.i.BUFFER              the state of parameter i of group g (exp_avg, ...), only
   ///                                 for parameters that have state
   virtual TensorMap state_dict() const;
   /// Restores exactly (bitwise) what state_dict wrote. The map must describe this optimizer:
@@ -90,8 +91,8 @@ class Optimizer {
   /// A per-parameter state buffer: `param_shaped` ones have the parameter's shape and dtype,
   /// the others are 0-d float64 (a step counter).
   struct BufferSpec {
-    std::string name;
-    bool param_shaped;
+    std::string name;  ///< the BUFFER of state.g.i.BUFFER ("exp_avg", "momentum_buffer", ...)
+    bool param_shaped;  ///< true: the parameter's shape and dtype; false: 0-d float64
   };
   /// The buffers a parameter with state has (all of them, or none).
   virtual std::vector<BufferSpec> buffer_specs() const = 0;
@@ -104,12 +105,12 @@ class Optimizer {
 
   /// The state of one parameter, created empty on first use.
   std::map<std::string, Tensor>& state_of(const Tensor& param) { return state_[param.impl()]; }
-  const std::map<std::string, Tensor>* find_state(const Tensor& param) const;
+  const std::map<std::string, Tensor>* find_state(const Tensor& param) const;  ///< The state of one parameter, or null when it has none.
 
-  std::string name_;
-  std::vector<ParamGroup> groups_;
-  std::unordered_map<const TensorImpl*, std::map<std::string, Tensor>> state_;
-  int64_t step_count_ = 0;
+  std::string name_;  ///< what name() returns
+  std::vector<ParamGroup> groups_;  ///< the parameter groups, kInherit resolved
+  std::unordered_map<const TensorImpl*, std::map<std::string, Tensor>> state_;  ///< per parameter (by its TensorImpl): buffer name -> buffer
+  int64_t step_count_ = 0;  ///< step() calls so far
 };
 
 namespace detail {

@@ -28,15 +28,16 @@
 /// @{
 namespace attnlab::optim {
 
+/// A learning-rate schedule: the multiplier of the base lr at each step (see the file's description).
 class LRSchedule {
  public:
-  enum class Kind { Constant, WarmupCosine, WarmupLinear, WarmupInverseSqrt };
+  enum class Kind { Constant, WarmupCosine, WarmupLinear, WarmupInverseSqrt };  ///< the schedule's family
 
   LRSchedule() = default;  ///< constant
-  static LRSchedule constant();
-  static LRSchedule warmup_cosine(int64_t warmup, int64_t total, double min_ratio = 0);
-  static LRSchedule warmup_linear(int64_t warmup, int64_t total);
-  static LRSchedule warmup_inverse_sqrt(int64_t warmup);
+  static LRSchedule constant();  ///< multiplier 1 at every step
+  static LRSchedule warmup_cosine(int64_t warmup, int64_t total, double min_ratio = 0);  ///< linear warmup, then a cosine from 1 to min_ratio at `total`; ValueError for warmup < 0 or total <= warmup
+  static LRSchedule warmup_linear(int64_t warmup, int64_t total);  ///< linear warmup, then a linear decay to 0 at `total`; ValueError for warmup < 0 or total <= warmup
+  static LRSchedule warmup_inverse_sqrt(int64_t warmup);  ///< linear warmup, then sqrt(warmup / s) (Vaswani et al. 2017)
 
   /// From the config form: "constant", "warmup_cosine(warmup=100,total=1000,min_ratio=0.1)",
   /// "warmup_linear(warmup=10, total=500)", "warmup_inverse_sqrt(warmup=4000)". Options are
@@ -49,10 +50,10 @@ class LRSchedule {
   /// The multiplier at step t >= 0.
   double multiplier(int64_t t) const;
 
-  Kind kind() const { return kind_; }
-  int64_t warmup() const { return warmup_; }
-  int64_t total() const { return total_; }
-  double min_ratio() const { return min_ratio_; }
+  Kind kind() const { return kind_; }  ///< the schedule's family
+  int64_t warmup() const { return warmup_; }  ///< warmup steps
+  int64_t total() const { return total_; }  ///< the step where the decay ends (0 for constant and inverse sqrt)
+  double min_ratio() const { return min_ratio_; }  ///< warmup_cosine's final multiplier
 
  private:
   LRSchedule(Kind kind, int64_t warmup, int64_t total, double min_ratio);
@@ -68,14 +69,14 @@ class LRSchedule {
 /// the Scheduler.
 class Scheduler {
  public:
-  Scheduler(Optimizer& optimizer, LRSchedule schedule);
+  Scheduler(Optimizer& optimizer, LRSchedule schedule);  ///< takes the groups' lrs as base lrs and sets the lrs for t = 0
 
   /// Advances t by one and sets the lrs for the next optimizer step.
   void step();
-  int64_t t() const { return t_; }
-  double multiplier() const { return schedule_.multiplier(t_); }
-  const std::vector<double>& base_lrs() const { return base_lrs_; }
-  const LRSchedule& schedule() const { return schedule_; }
+  int64_t t() const { return t_; }  ///< the steps taken so far
+  double multiplier() const { return schedule_.multiplier(t_); }  ///< the multiplier of the next optimizer step
+  const std::vector<double>& base_lrs() const { return base_lrs_; }  ///< one base lr per group
+  const LRSchedule& schedule() const { return schedule_; }  ///< the schedule applied
 
   /// For checkpoints: "t" (int64 0-d) and "base_lrs" (float64, one per group).
   TensorMap state_dict() const;
