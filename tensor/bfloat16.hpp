@@ -20,6 +20,7 @@
 /// @{
 namespace attnlab {
 
+/// The bits of x rounded to the nearest bfloat16 (ties to even; a NaN stays a quiet NaN).
 constexpr uint16_t float_to_bfloat16_bits(float x) {
   const uint32_t u = std::bit_cast<uint32_t>(x);
   if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);  // NaN: quiet, keep sign
@@ -27,19 +28,21 @@ constexpr uint16_t float_to_bfloat16_bits(float x) {
   return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
+/// The float32 value of bfloat16 bits (exact).
 constexpr float bfloat16_bits_to_float(uint16_t b) { return std::bit_cast<float>(static_cast<uint32_t>(b) << 16); }
 
+/// A bfloat16 number: the top 16 bits of a float32 (8 exponent bits, 7 mantissa bits).
 struct bfloat16 {
-  uint16_t bits = 0;
+  uint16_t bits = 0;  ///< the raw bits
 
   constexpr bfloat16() = default;
-  constexpr explicit bfloat16(float x) : bits(float_to_bfloat16_bits(x)) {}
-  static constexpr bfloat16 from_bits(uint16_t b) {
+  constexpr explicit bfloat16(float x) : bits(float_to_bfloat16_bits(x)) {}  ///< x rounded to the nearest bfloat16
+  static constexpr bfloat16 from_bits(uint16_t b) {  ///< the number with these bits
     bfloat16 v;
     v.bits = b;
     return v;
   }
-  constexpr operator float() const { return bfloat16_bits_to_float(bits); }
+  constexpr operator float() const { return bfloat16_bits_to_float(bits); }  ///< the exact float32 value
 };
 static_assert(sizeof(bfloat16) == 2);
 

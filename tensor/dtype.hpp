@@ -15,14 +15,15 @@
 /// @{
 namespace attnlab {
 
-enum class DType : uint8_t { Float32, Float64, Int64, Bool, BFloat16 };
+enum class DType : uint8_t { Float32, Float64, Int64, Bool, BFloat16 };  ///< the element types of a tensor
 
-inline constexpr DType kFloat32 = DType::Float32;
-inline constexpr DType kFloat64 = DType::Float64;
-inline constexpr DType kInt64 = DType::Int64;
-inline constexpr DType kBool = DType::Bool;
-inline constexpr DType kBFloat16 = DType::BFloat16;
+inline constexpr DType kFloat32 = DType::Float32;  ///< 32-bit float (the default)
+inline constexpr DType kFloat64 = DType::Float64;  ///< 64-bit float (gradient checks)
+inline constexpr DType kInt64 = DType::Int64;  ///< 64-bit signed integer (token ids, indices)
+inline constexpr DType kBool = DType::Bool;  ///< bool (masks)
+inline constexpr DType kBFloat16 = DType::BFloat16;  ///< bfloat16 (storage and matrix products under autocast)
 
+/// Bytes per element.
 constexpr int64_t itemsize(DType t) {
   switch (t) {
     case DType::Float32: return 4;
@@ -34,6 +35,7 @@ constexpr int64_t itemsize(DType t) {
   return 0;
 }
 
+/// "float32", "float64", "int64", "bool" or "bfloat16".
 constexpr std::string_view dtype_name(DType t) {
   switch (t) {
     case DType::Float32: return "float32";
@@ -48,8 +50,9 @@ constexpr std::string_view dtype_name(DType t) {
 /// The floating dtypes ops compute in. bfloat16 holds floating values too, but only for storage
 /// and matrix products (is_floating_storage).
 constexpr bool is_floating(DType t) { return t == DType::Float32 || t == DType::Float64; }
-constexpr bool is_floating_storage(DType t) { return is_floating(t) || t == DType::BFloat16; }
+constexpr bool is_floating_storage(DType t) { return is_floating(t) || t == DType::BFloat16; }  ///< a floating dtype or bfloat16
 
+/// The DType of the C++ type T: dtype_of<float>::value is kFloat32.
 template <class T> struct dtype_of;
 template <> struct dtype_of<float> { static constexpr DType value = DType::Float32; };
 template <> struct dtype_of<double> { static constexpr DType value = DType::Float64; };
@@ -68,6 +71,7 @@ decltype(auto) dispatch_floating(DType t, const char* op, F&& f) {
 }
 
 template <class F>
+/// Calls f(T{}) with T the C++ type of a numeric `t` (float, double, int64_t); DTypeError naming `op` otherwise.
 decltype(auto) dispatch_numeric(DType t, const char* op, F&& f) {
   switch (t) {
     case DType::Float32: return f(float{});
@@ -78,6 +82,7 @@ decltype(auto) dispatch_numeric(DType t, const char* op, F&& f) {
 }
 
 template <class F>
+/// Calls f(T{}) with T the C++ type of any `t`.
 decltype(auto) dispatch_all(DType t, F&& f) {
   switch (t) {
     case DType::Float32: return f(float{});

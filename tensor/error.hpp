@@ -32,6 +32,7 @@ struct MemoryError : Error { using Error::Error; };
 struct FileError : Error { using Error::Error; };
 
 template <class E = Error, class... Args>
+/// Throws E with the fmt-formatted message: fail<ShapeError>("matmul: {} and {}", a, b).
 [[noreturn]] void fail(fmt::format_string<Args...> f, Args&&... args) {
   throw E(fmt::format(f, std::forward<Args>(args)...));
 }

@@ -24,12 +24,13 @@
 /// @{
 namespace attnlab {
 
+/// A tensor read from a .npy file (dtypes as above); FileError naming the path and the defect.
 Tensor load_npy(const std::string& path);
 /// Any layout is written in C order.
 void save_npy(const std::string& path, const Tensor& t);
 
-using TensorMap = std::map<std::string, Tensor>;
-using Metadata = std::map<std::string, std::string>;
+using TensorMap = std::map<std::string, Tensor>;  ///< name -> tensor, as in a safetensors file or a state dict
+using Metadata = std::map<std::string, std::string>;  ///< a safetensors file's string metadata
 
 /// Reads every tensor; `metadata` (optional) receives the file's "__metadata__" strings (empty
 /// when the file has none). The tensors must tile the data buffer exactly, as the format requires.

@@ -18,8 +18,9 @@
 /// @{
 namespace attnlab {
 
+/// A name with options, as written in specs: "local(window=16, heads=4)".
 struct OptionString {
-  std::string name;
+  std::string name;  ///< "local"
   std::vector<std::pair<std::string, std::string>> options;  ///< in the order written
 };
 
@@ -36,7 +37,7 @@ std::string format_option_string(const OptionString& s, const char* sep = ", ");
 bool is_identifier(std::string_view s);
 /// The whole of `s` as a decimal integer / a finite or infinite double; nullopt otherwise.
 std::optional<int64_t> parse_integer(std::string_view s);
-std::optional<double> parse_number(std::string_view s);
+std::optional<double> parse_number(std::string_view s);  ///< see parse_integer
 /// The shortest text that parse_number reads back as exactly `v`.
 std::string format_number(double v);
 

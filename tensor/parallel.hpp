@@ -16,9 +16,9 @@
 /// @{
 namespace attnlab {
 
-int num_threads();
-void set_num_threads(int n);
-tbb::task_arena& arena();
+int num_threads();  ///< the threads parallel loops use (ATTNLAB_NUM_THREADS, else the cores)
+void set_num_threads(int n);  ///< sets the thread count (at least 1) and rebuilds the arena
+tbb::task_arena& arena();  ///< the oneTBB arena every parallel loop runs in
 
 /// Loops smaller than this many elements run on the calling thread.
 inline constexpr int64_t kParallelGrain = 32768;

@@ -12,12 +12,13 @@
 /// @{
 namespace attnlab {
 
+/// A counter-based random generator (Philox 4x32-10): a seed, and an offset counting the draws so far, so its state is two integers.
 class Generator {
  public:
-  explicit Generator(uint64_t seed = 0) : seed_(seed) {}
-  uint64_t seed() const { return seed_; }
-  uint64_t offset() const { return offset_; }
-  void set_state(uint64_t seed, uint64_t offset) { seed_ = seed; offset_ = offset; }
+  explicit Generator(uint64_t seed = 0) : seed_(seed) {}  ///< seeded with `seed`, offset 0
+  uint64_t seed() const { return seed_; }  ///< the seed
+  uint64_t offset() const { return offset_; }  ///< counters used so far
+  void set_state(uint64_t seed, uint64_t offset) { seed_ = seed; offset_ = offset; }  ///< restores a state (checkpoints)
   /// Reserves `n` counters for one draw and returns the first.
   uint64_t advance(uint64_t n) {
     uint64_t first = offset_;
@@ -40,7 +41,7 @@ class Generator {
 /// The process-wide generator that modules use when they are not given one, like PyTorch's
 /// default generator. manual_seed(s) resets it (seed s, offset 0).
 Generator& default_generator();
-void manual_seed(uint64_t seed);
+void manual_seed(uint64_t seed);  ///< resets default_generator() to seed `seed`, offset 0
 
 /// A double in (0, 1) from 64 random bits: never exactly 0 or 1, so log(u) is finite.
 inline double bits_to_unit(uint32_t hi, uint32_t lo) {
