@@ -11,9 +11,10 @@
 /// @{
 namespace attnlab::nn {
 
+/// y = x W^T + b, PyTorch's nn.Linear (same parameter names and initialisation).
 class Linear : public UnaryModule {
  public:
-  Linear(int64_t in_features, int64_t out_features, bool bias = true);
+  Linear(int64_t in_features, int64_t out_features, bool bias = true);  ///< weight (out, in) and bias (out) drawn from the default generator
   /// Redraws the parameters from `gen` (the constructor uses the default generator).
   void reset_parameters(Generator& gen = default_generator());
   /// x (..., in) -> (..., out)
@@ -23,7 +24,7 @@ class Linear : public UnaryModule {
   std::string type_name() const override { return "Linear"; }
   std::string extra_repr() const override;
 
-  int64_t in_features, out_features;
+  int64_t in_features, out_features;  ///< the sizes of the input's and the output's last dim
   Tensor weight;  ///< (out, in)
   Tensor bias;    ///< (out), undefined when bias = false
 };

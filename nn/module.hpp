@@ -34,9 +34,9 @@
 namespace attnlab::nn {
 
 class Module;
-using ModulePtr = std::shared_ptr<Module>;
-using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
-using NamedModules = std::vector<std::pair<std::string, ModulePtr>>;
+using ModulePtr = std::shared_ptr<Module>;  ///< a shared handle to a module (modules live in shared_ptr trees)
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;  ///< (dotted name, tensor) pairs in registration order
+using NamedModules = std::vector<std::pair<std::string, ModulePtr>>;  ///< (dotted name, module) pairs in registration order
 
 /// What load_state_dict did not match (PyTorch's _IncompatibleKeys). Strict loading throws
 /// instead of returning anything non-empty.
@@ -45,6 +45,7 @@ struct LoadResult {
   std::vector<std::string> unexpected_keys;  ///< in the map, unknown to the module
 };
 
+/// The base of every layer: parameters, buffers, generators and submodules by name, train/eval, state dicts (PyTorch's nn.Module).
 class Module : public std::enable_shared_from_this<Module> {
  public:
   Module() = default;
@@ -61,6 +62,7 @@ class Module : public std::enable_shared_from_this<Module> {
   /// buffers go into state_dict(); non-persistent ones (derived tables) do not.
   Tensor register_buffer(const std::string& name, Tensor t, bool persistent = true);
   template <class M>
+  /// Registers `module` as the child `name` and returns it; ValueError for a null module, the module itself or a name taken.
   std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {
     add_child(name, module);
     return module;
@@ -75,27 +77,27 @@ class Module : public std::enable_shared_from_this<Module> {
   /// A tensor registered under two names (tied weights) appears once, under its first name,
   /// as in PyTorch's named_parameters(); state_dict() keeps both names.
   NamedTensors named_parameters(bool recurse = true) const;
-  NamedTensors named_buffers(bool recurse = true) const;
-  std::vector<Tensor> parameters(bool recurse = true) const;
-  std::vector<Tensor> buffers(bool recurse = true) const;
+  NamedTensors named_buffers(bool recurse = true) const;  ///< every buffer, by dotted name
+  std::vector<Tensor> parameters(bool recurse = true) const;  ///< named_parameters() without the names
+  std::vector<Tensor> buffers(bool recurse = true) const;  ///< named_buffers() without the names
   /// Registered generators, by dotted name ("blocks.0.attention.generator"); each module's own
   /// first, in registration order.
   std::vector<std::pair<std::string, Generator*>> named_generators(bool recurse = true) const;
-  NamedModules named_children() const;
-  std::vector<ModulePtr> children() const;
+  NamedModules named_children() const;  ///< the direct children, by name
+  std::vector<ModulePtr> children() const;  ///< the direct children
   /// This module (name "") and every descendant, depth first. When this module is not owned by
   /// a shared_ptr, the entry for itself is a non-owning pointer valid while the module lives.
   NamedModules named_modules() const;
   /// The parameter or buffer at a dotted name; ValueError naming the closest miss.
   Tensor get_parameter(const std::string& dotted) const;
-  Tensor get_buffer(const std::string& dotted) const;
-  ModulePtr get_submodule(const std::string& dotted) const;
+  Tensor get_buffer(const std::string& dotted) const;  ///< the buffer at a dotted name; ValueError naming the closest miss
+  ModulePtr get_submodule(const std::string& dotted) const;  ///< the module at a dotted name; ValueError naming the closest miss
 
   // ---- modes and bookkeeping ----
   /// Sets training mode here and in every descendant (Dropout looks at it).
   virtual void train(bool on = true);
-  void eval() { train(false); }
-  bool is_training() const { return training_; }
+  void eval() { train(false); }  ///< train(false)
+  bool is_training() const { return training_; }  ///< whether the module is in training mode
   /// Drops every parameter's gradient (PyTorch's zero_grad(set_to_none=True)).
   void zero_grad();
   /// Converts every floating parameter and buffer (and any gradient) to `dtype` in place:
@@ -118,7 +120,7 @@ class Module : public std::enable_shared_from_this<Module> {
   LoadResult load_state_dict(const TensorMap& state, bool strict = true);
   /// state_dict() to / from a safetensors file.
   void save(const std::string& path) const;
-  LoadResult load(const std::string& path, bool strict = true);
+  LoadResult load(const std::string& path, bool strict = true);  ///< load_state_dict() of the tensors in a safetensors file (FileError for the file)
 
   // ---- printing ----
   /// The class name printed by str(), e.g. "Linear".
@@ -129,7 +131,7 @@ class Module : public std::enable_shared_from_this<Module> {
   std::string str() const;
 
  protected:
-  void add_child(const std::string& name, ModulePtr module);
+  void add_child(const std::string& name, ModulePtr module);  ///< register_module without the type; ValueError for a null module, the module itself or a name taken
 
  private:
   struct Buffer {
@@ -148,23 +150,23 @@ class Module : public std::enable_shared_from_this<Module> {
   bool training_ = true;
 };
 
-std::ostream& operator<<(std::ostream& os, const Module& m);
+std::ostream& operator<<(std::ostream& os, const Module& m);  ///< writes m.str()
 
 /// A layer with one tensor input and one tensor output, so that Sequential can chain it.
 class UnaryModule : public Module {
  public:
-  virtual Tensor forward(const Tensor& x) = 0;
-  Tensor operator()(const Tensor& x) { return forward(x); }
+  virtual Tensor forward(const Tensor& x) = 0;  ///< the layer's output for x
+  Tensor operator()(const Tensor& x) { return forward(x); }  ///< forward(x)
 };
 
 /// Runs its children "0", "1", ... in order.
 class Sequential : public UnaryModule {
  public:
   Sequential() = default;
-  Sequential(std::initializer_list<std::shared_ptr<UnaryModule>> layers);
-  void push_back(std::shared_ptr<UnaryModule> layer);
-  size_t size() const { return layers_.size(); }
-  const std::shared_ptr<UnaryModule>& operator[](size_t i) const;
+  Sequential(std::initializer_list<std::shared_ptr<UnaryModule>> layers);  ///< the layers, in order
+  void push_back(std::shared_ptr<UnaryModule> layer);  ///< appends a layer as the next child
+  size_t size() const { return layers_.size(); }  ///< the number of layers
+  const std::shared_ptr<UnaryModule>& operator[](size_t i) const;  ///< layer i; IndexError when out of range
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "Sequential"; }
 
@@ -176,9 +178,9 @@ class Sequential : public UnaryModule {
 class ModuleList : public Module {
  public:
   ModuleList() = default;
-  void push_back(ModulePtr module);
-  size_t size() const { return items_.size(); }
-  const ModulePtr& operator[](size_t i) const;
+  void push_back(ModulePtr module);  ///< appends a module as the next child
+  size_t size() const { return items_.size(); }  ///< the number of modules
+  const ModulePtr& operator[](size_t i) const;  ///< module i; IndexError when out of range
   /// Element i as a T; ValueError if it is another kind of module.
   template <class T>
   std::shared_ptr<T> at(size_t i) const {
@@ -186,8 +188,8 @@ class ModuleList : public Module {
     if (!p) wrong_type(i);
     return p;
   }
-  auto begin() const { return items_.begin(); }
-  auto end() const { return items_.end(); }
+  auto begin() const { return items_.begin(); }  ///< iteration over the modules
+  auto end() const { return items_.end(); }  ///< iteration over the modules
   std::string type_name() const override { return "ModuleList"; }
 
  private:

@@ -17,10 +17,10 @@
 /// @{
 namespace attnlab::nn {
 
-/// The state one attention layer keeps between incremental decoding steps (forward_step).
-/// Variants with a KV cache or a recurrent state derive from it; the default keeps the inputs.
 class Attention;
 
+/// The state one attention layer keeps between incremental decoding steps (forward_step).
+/// Variants with a KV cache or a recurrent state derive from it; the default keeps the inputs.
 struct AttentionCache {
   virtual ~AttentionCache() = default;
   /// Elements held in the cache's tensors: its memory, in numbers of the layer's dtype.
@@ -41,18 +41,20 @@ struct KVCache : AttentionCache {
 std::unique_ptr<KVCache> make_kv_cache(const Attention* owner, int64_t batch, int64_t max_len, int64_t hk, int64_t dk, int64_t hv, int64_t dv,
                                        DType dtype);
 
+/// What Attention::forward returns: the output and, when asked for, the attention probabilities.
 struct AttentionResult {
   Tensor output;     ///< (B, N, D)
   Tensor attention;  ///< (B, h, N, M) probabilities, when requested and the variant has them
 };
 
+/// The interface of every attention variant (docs/attention.md): forward, packed sequences, head pruning, incremental decoding.
 class Attention : public Module {
  public:
   /// x (B, N, D); context (B, M, D) for cross-attention or undefined; mask bool, broadcastable to
   /// (B, h, N, M), true = may attend; causal adds m <= n (self-attention only).
   virtual AttentionResult forward(const Tensor& x, const Tensor& context = {}, const Tensor& mask = {},
                                   bool causal = false, bool need_weights = false) = 0;
-  Tensor operator()(const Tensor& x, const Tensor& mask = {}, bool causal = false) {
+  Tensor operator()(const Tensor& x, const Tensor& mask = {}, bool causal = false) {  ///< Self-attention of x (B, N, D): forward(x, {}, mask, causal).output.
     return forward(x, {}, mask, causal).output;
   }
   /// Packed sequences (docs/attention.md, "Packed sequences"): self-attention over x (B, N, D) in
@@ -74,10 +76,10 @@ class Attention : public Module {
   /// local with a rolling window, linear and performer with the recurrent state
   /// (docs/attention.md, "Incremental decoding"). Runs without recording gradients.
   virtual std::unique_ptr<AttentionCache> make_cache(int64_t batch, int64_t max_len) const;
-  virtual Tensor forward_step(const Tensor& x_new, AttentionCache& cache);
+  virtual Tensor forward_step(const Tensor& x_new, AttentionCache& cache);  ///< the outputs (B, T, D) of the next positions x_new (B, T, D); ValueError for a cache another layer made or in train mode (see make_cache)
   /// The spec this layer was built from, with every size pinned (what prune_heads preserves).
   virtual std::string spec() const = 0;
-  int64_t d_model() const { return d_model_; }
+  int64_t d_model() const { return d_model_; }  ///< D, the model width the layer was built for
   /// The variant's registry name: spec() up to its '('.
   std::string variant_name() const;
 
@@ -96,20 +98,20 @@ class Attention : public Module {
     if (is_training()) fail<ValueError>("{}: forward_step is for inference; call eval() first", who);
     return *c;
   }
-  int64_t d_model_ = 0;
+  int64_t d_model_ = 0;  ///< D
 };
 
 // ---- shared by the multi-head variants ----
 
 /// Head sizes and flags that every multi-head variant reads from its options.
 struct HeadConfig {
-  int64_t heads = 8;
+  int64_t heads = 8;  ///< h
   int64_t key_size = 0;    ///< dk
   int64_t value_size = 0;  ///< dv
-  bool bias = true;
-  bool causal = false;
-  double attn_dropout = 0;
-  GateConfig gate;
+  bool bias = true;  ///< biases in the projections
+  bool causal = false;  ///< causal masking built into the layer (spec option `causal`)
+  double attn_dropout = 0;  ///< dropout rate on the attention probabilities (train mode)
+  GateConfig gate;  ///< head gates (nn/attention/gate.hpp)
 };
 /// Options every multi-head variant accepts (heads, key_size, value_size, bias, causal,
 /// attn_dropout and the gate options).
@@ -148,10 +150,10 @@ std::vector<int64_t> check_keep(const std::vector<int64_t>& keep, int64_t heads,
 /// the weight and the bias, "out_proj.weight") take the blocks [i*size, (i+1)*size) along `dim`
 /// of the heads i in `heads` (empty: the kept heads; mha's k/v take the kept kv heads).
 struct HeadSlice {
-  std::string prefix;
-  int64_t size;
-  int64_t dim = 0;
-  std::vector<int64_t> heads = {};
+  std::string prefix;  ///< the tensors' name prefix
+  int64_t size;  ///< the block size of one head
+  int64_t dim = 0;  ///< the dim the blocks run along
+  std::vector<int64_t> heads = {};  ///< the heads whose blocks are kept; empty = the kept heads
 };
 /// The value prune_heads gives a tensor of the smaller layer that no HeadSlice matches: `from`
 /// is this layer's tensor of that name (undefined when only the smaller layer has one), `to` the

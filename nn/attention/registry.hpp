@@ -16,11 +16,12 @@
 /// @{
 namespace attnlab::nn {
 
-using AttentionFactory = std::function<std::shared_ptr<Attention>(const Options&, int64_t d_model)>;
+using AttentionFactory = std::function<std::shared_ptr<Attention>(const Options&, int64_t d_model)>;  ///< builds a layer from its parsed options and the model width
 
+/// A registered attention variant: its schema (name, options, docs) and its factory.
 struct Variant {
-  VariantSchema schema;
-  AttentionFactory make;
+  VariantSchema schema;  ///< name, options with defaults, description
+  AttentionFactory make;  ///< builds the layer
 };
 
 /// Every registered variant, in registration order.
