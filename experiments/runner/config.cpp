@@ -10,6 +10,7 @@
 #include <functional>
 #include <optional>
 #include <sstream>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 #include <toml++/toml.h>
@@ -368,6 +369,36 @@ bool Config::operator==(const Config& other) const {
   for (size_t i = 0; i < a.size(); ++i)
     if (a[i].key != b[i].key || values_[i] != other.values_[i]) return false;
   return true;
+}
+
+namespace {
+
+// `text` with what the help says it means, when the help writes "TEXT = meaning" (up to the
+// next ',', ';' or '('): "0" with "sequence length, 0 = the task's default (...)" gives
+// "0 = the task's default".
+std::string with_meaning(const std::string& text, const std::string& help) {
+  const std::string marker = text + " = ";
+  for (size_t at = help.find(marker); at != std::string::npos; at = help.find(marker, at + 1)) {
+    if (at > 0 && std::string_view(" ,;(").find(help[at - 1]) == std::string_view::npos) continue;
+    const size_t start = at + marker.size(), end = help.find_first_of(",;(", start);
+    std::string meaning = help.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    while (!meaning.empty() && meaning.back() == ' ') meaning.pop_back();
+    if (!meaning.empty()) return text + " = " + meaning;
+  }
+  return text;
+}
+
+}  // namespace
+
+std::string config_differences(const Config& old, const Config& now, const std::string& old_name,
+                               const std::string& now_name) {
+  std::string out;
+  for (const Field& f : now.schema().fields())
+    if (old.get(f.key) != now.get(f.key))
+      out += fmt::format("{}'{}' ({}: {}, {}: {})", out.empty() ? "" : ", ", f.key, old_name,
+                         with_meaning(to_toml_value(old.get(f.key)), f.help), now_name,
+                         with_meaning(to_toml_value(now.get(f.key)), f.help));
+  return out;
 }
 
 }  // namespace attnlab::runner

@@ -535,16 +535,6 @@ std::string write_meta(const fs::path& dir, const RunRequest& r, const Config& c
   return warning;
 }
 
-// Every key whose value differs, as "'key' (run directory: a, now: b)" joined by ", "; "" when equal.
-std::string differences(const Config& old, const Config& now) {
-  std::string out;
-  for (const Field& f : now.schema().fields())
-    if (old.get(f.key) != now.get(f.key))
-      out += fmt::format("{}'{}' (run directory: {}, now: {})", out.empty() ? "" : ", ", f.key,
-                         to_toml_value(old.get(f.key)), to_toml_value(now.get(f.key)));
-  return out;
-}
-
 struct SignalGuard {
   struct sigaction old_int{}, old_term{};
   SignalGuard() {
@@ -619,7 +609,7 @@ DirState examine_run_dir(const fs::path& dir, const Experiment& e, const Config&
   } catch (const ConfigError& ex) {
     return {DirState::kOtherConfig, ex.what()};
   }
-  std::string diff = differences(old, config);
+  std::string diff = config_differences(old, config, "run directory", "now");
   if (!diff.empty()) return {DirState::kOtherConfig, diff};
   return {complete ? DirState::kComplete : DirState::kResume, ""};
 }

@@ -116,7 +116,7 @@ ReportInput read_results_csv(const fs::path& sweep_copy, const fs::path& results
   in.spec = in.sweep->report;
   const std::vector<std::string> axes = axis_keys(*in.sweep);
   in.group_keys.assign(axes.begin(), axes.end() - 1);
-  const std::vector<Point> points = expand_sweep(*in.sweep);
+  const std::vector<Point> points = numbered_points(*in.sweep, sweep_copy);
   const std::string path = results_csv.string();
   const auto records = csv_records(read_text(path), path);
   if (records.empty()) fail<ValueError>("{}: empty (expected the header id,status,{})", path, fmt::join(axes, ","));

@@ -63,6 +63,15 @@ struct SweepError : ConfigError {
   using ConfigError::ConfigError;
 };
 
+/// A sweep file that would renumber or change a run its sweep directory already numbers: a run
+/// no longer in the file, a run whose config differs, another experiment or other axes. The
+/// message names the run and what differs. `attnlab sweep` exits with kExitSweepConflict.
+struct SweepConflictError : SweepError {
+  using SweepError::SweepError;
+};
+/// The exit status of `attnlab sweep` (and `--dry-run`, `--emit-slurm`) on a SweepConflictError.
+inline constexpr int kExitSweepConflict = 4;
+
 /// One varied key and its values, in file order; `line` is where the key is written.
 struct Axis {
   std::string key;
@@ -156,10 +165,37 @@ Config resolve_run_config(const SweepSpec& spec, const Point& point);
 /// dividing N) still happen when the run starts.
 void validate_sweep(const SweepSpec& spec, const std::vector<Point>& points);
 
-/// `attnlab sweep FILE --dry-run`: parses, expands and validates (validate_sweep) the file and
-/// prints one line per run, "0003  model.attention=mha(heads=4), seed=0", launching nothing.
-/// Errors throw as validate_sweep's do.
-void dry_run_sweep(const std::string& sweep_file, std::ostream& out);
+/// The runs of a sweep in the numbering of its directory DIR. A sweep file may grow: runs are
+/// compared by their points (axis values) and resolved configs, not by the file's bytes.
+///   DIR without sweep.toml: expand_sweep(spec), `fresh`.
+///   Otherwise every run DIR numbers (DIR/sweep.runs.jsonl, else the expansion of DIR/sweep.toml)
+///   keeps its number, and the points of `spec` that are new (appended configurations or seeds)
+///   follow in expansion order (`added`). Comments, [report] and `workers` may change freely.
+/// SweepConflictError (naming the run and the keys that differ) when `spec` names another
+/// experiment or other axes, leaves out a run DIR numbers, or resolves a numbered run to another
+/// config (a changed [set], preset or axis value). `points` is expand_sweep(spec).
+struct SweepPlan {
+  std::vector<Point> points;  ///< every run, in run order
+  bool fresh = false;         ///< DIR has no sweep.toml yet
+  bool changed = false;       ///< DIR/sweep.toml differs from the file (to be rewritten)
+  size_t added = 0;           ///< runs new to DIR, at the end of `points`
+};
+SweepPlan plan_sweep(const SweepSpec& spec, const std::vector<Point>& points, const std::filesystem::path& dir);
+/// Records a plan in DIR: DIR/sweep.runs.jsonl (one point per line, in run order) when the
+/// numbering differs from the expansion, then DIR/sweep.toml (the file's text). Written in this
+/// order, so an interrupted write never leaves a copy without its numbering.
+void record_sweep_plan(const SweepSpec& spec, const SweepPlan& plan, const std::filesystem::path& dir);
+/// The runs of a sweep copy in their numbering: `copy`'s run list (COPY_STEM.runs.jsonl beside
+/// it) when it exists, else expand_sweep(spec). ValueError naming the list for a point `spec`
+/// does not have.
+std::vector<Point> numbered_points(const SweepSpec& spec, const std::filesystem::path& copy);
+
+/// `attnlab sweep FILE --dry-run`: parses, expands and validates (validate_sweep) the file, plans
+/// it against its sweep directory `dir` (empty: default_sweep_dir; plan_sweep, so a conflict
+/// throws SweepConflictError as a real run would) and prints one line per run,
+/// "0003  model.attention=mha(heads=4), seed=0" (", new" for a run the directory does not number
+/// yet), launching and writing nothing. Errors throw as validate_sweep's do.
+void dry_run_sweep(const std::string& sweep_file, std::ostream& out, const std::filesystem::path& dir = {});
 
 /// The `attnlab run` arguments of one run (without the executable).
 std::vector<std::string> run_arguments(const SweepSpec& spec, const Point& point, const std::filesystem::path& run_dir);
@@ -222,7 +258,7 @@ struct SlurmScript {
 };
 
 /// The bash script of a job array of `shards` tasks, task i running `attnlab sweep FILE --out DIR
-// --shard i/shards --workers 1 --cores C --wait` in the background and forwarding SIGTERM to it;
+/// --shard i/shards --workers 1 --cores C --wait` in the background and forwarding SIGTERM to it;
 /// on SIGUSR1 it stops the sweep and requeues the task (docs/sweeps.md, "Scale-out").
 /// ValueError for a directory an #SBATCH line cannot hold (a '"', '%' or newline in it).
 std::string slurm_script(const SlurmScript& script);

@@ -18,6 +18,7 @@ namespace {
 struct InputCache : AttentionCache {
   Tensor x;  // (B, length, D)
   int64_t numel() const override { return x.defined() ? x.numel() : 0; }
+  bool recomputes() const override { return true; }
 };
 
 }  // namespace

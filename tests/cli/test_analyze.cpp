@@ -274,6 +274,26 @@ TEST_CASE("viz: headless Chromium renders the map, a grid of a layer's heads, a 
   fs::remove_all(run);
 }
 
+TEST_CASE("viz: two LM runs side by side at the default 64 tokens label both axes of the enlarged maps") {
+  const fs::path a = tiny_run("lm", {"task.length=64", "train.batch_size=4", "eval.batches=1"}, "lm64_a");
+  const fs::path b = tiny_run("lm", {"task.length=64", "train.batch_size=4", "eval.batches=1", "seed=1"}, "lm64_b");
+  cli::VizOptions o;
+  o.run_dir = a;
+  o.other = b;
+  o.examples = 1;
+  o.out = a / "both.html";
+  std::ostringstream out, err;
+  REQUIRE_MESSAGE(cli::run_viz(o, out, err) == 0, err.str());
+  const json d = page_data(read(o.out));
+  const size_t n = d["examples"][0]["tokens"].size();
+  REQUIRE(n == 64);  // --max-tokens' default
+  const std::string html = rendered_dom(a, o.out);
+  std::smatch m;
+  REQUIRE_MESSAGE(std::regex_search(html, m, std::regex(R"(id="status"[^>]*data-labels="(\d+)")")), html.substr(0, 2000));
+  CHECK(std::stoul(m[1]) == 2 * 2 * n);  // queries and keys, in both runs' maps
+  for (const fs::path& p : {a, b}) fs::remove_all(p);
+}
+
 TEST_CASE("analyze: associative recall measures the retrieval mass of every head") {
   const fs::path run = tiny_run("classify", {"task.name=recall", "task.train_size=64", "task.val_size=16",
                                              "task.test_size=8", "model.attention=mha(heads=2)"}, "recall");
