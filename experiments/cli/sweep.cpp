@@ -67,8 +67,9 @@ void add_sweep_commands(CLI::App& app, int& status) {
       "workers. Results go to DIR/results.sqlite. Re-running the same command skips complete runs and resumes "
       "interrupted ones from their checkpoints. The file may grow: appended configurations and seeds run as new "
       "runs, [report] and comments may change; a change that would renumber or alter a run DIR holds is refused. "
-      "Exit status: 0 all complete, 1 a run failed, 2 a usage error, 3 stopped by a signal, 4 the file would "
-      "renumber or change a run DIR holds (the message names the run and what differs).");
+      "Exit status: 0 all complete, 1 a run failed or the sweep file is invalid, 2 a command-line usage error, 3 "
+      "stopped by a signal, 4 the file would renumber or change a run DIR holds (the message names the run and what "
+      "differs).");
   sweep->add_option("SWEEP", a->options.sweep_file, "the sweep file (TOML; format in docs/sweeps.md)")
       ->required()
       ->check(CLI::ExistingFile);
