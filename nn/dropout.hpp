@@ -12,18 +12,19 @@
 /// @{
 namespace attnlab::nn {
 
+/// Inverted dropout (nn.Dropout): in train mode each element is zeroed with probability p and the rest scaled by 1 / (1 - p), drawn from the module's own generator.
 class Dropout : public UnaryModule {
  public:
   /// p in [0, 1); ValueError otherwise.
   explicit Dropout(double p = 0.5);
   /// x (...) -> (...); x itself in eval mode or when p = 0.
   Tensor forward(const Tensor& x) override;
-  void set_seed(uint64_t seed) { gen_.set_state(seed, 0); }
-  Generator& generator() { return gen_; }
+  void set_seed(uint64_t seed) { gen_.set_state(seed, 0); }  ///< restarts the module's generator at `seed`
+  Generator& generator() { return gen_; }  ///< the module's generator (registered, so checkpoints keep it)
   std::string type_name() const override { return "Dropout"; }
   std::string extra_repr() const override;
 
-  double p;
+  double p;  ///< the probability of zeroing an element
 
  private:
   Generator gen_;

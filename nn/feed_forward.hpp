@@ -17,6 +17,7 @@
 /// @{
 namespace attnlab::nn {
 
+/// The position-wise feed-forward network of a transformer block: fc2(dropout(activation(fc1(x)))).
 class FeedForward : public UnaryModule {
  public:
   /// activation: "gelu" (exact), "gelu_tanh", "relu" (also "tanh", "sigmoid", "elu").
@@ -27,9 +28,10 @@ class FeedForward : public UnaryModule {
   std::string type_name() const override { return "FeedForward"; }
   std::string extra_repr() const override;
 
-  std::string activation;
-  std::shared_ptr<Linear> fc1, fc2;
-  std::shared_ptr<Dropout> dropout;
+  std::string activation;  ///< the activation's name
+  std::shared_ptr<Linear> fc1;  ///< (hidden, d_model)
+  std::shared_ptr<Linear> fc2;  ///< (d_model, hidden)
+  std::shared_ptr<Dropout> dropout;  ///< after the activation
 };
 
 }  // namespace attnlab::nn

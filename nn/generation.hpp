@@ -13,11 +13,17 @@
 /// @{
 namespace attnlab::nn {
 
+/// Whether a layer's decoding state is the default one (Attention::make_cache), which keeps the
+/// inputs and recomputes the causal forward over all of them at each step, rather than a cache
+/// of its own (keys and values, a window or a recurrent state). Defined in attention.cpp.
+bool recomputes_per_step(const AttentionCache& cache);
+
+/// How generate() samples.
 struct GenerateOptions {
-  int64_t max_new_tokens = 100;
+  int64_t max_new_tokens = 100;  ///< tokens appended to the prompt
   double temperature = 1.0;  ///< 0 = greedy (argmax)
   int64_t top_k = 0;         ///< > 0: sample among the k most likely tokens only
-  uint64_t seed = 0;
+  uint64_t seed = 0;  ///< the sampling generator's seed
   bool use_cache = true;     ///< false: recompute the whole sequence for every new token
 };
 

@@ -12,10 +12,11 @@
 /// @{
 namespace attnlab::nn {
 
+/// Layer normalisation over the last dim (nn.LayerNorm), with optional weight and bias.
 class LayerNorm : public UnaryModule {
  public:
-  explicit LayerNorm(int64_t dim, double eps = 1e-5, bool elementwise_affine = true, bool bias = true);
-  void reset_parameters();
+  explicit LayerNorm(int64_t dim, double eps = 1e-5, bool elementwise_affine = true, bool bias = true);  ///< weight ones (dim) and bias zeros (dim), as asked for; ValueError for dim <= 0 or eps < 0
+  void reset_parameters();  ///< weight back to ones, bias to zeros
   /// x (..., dim) -> (..., dim)
   Tensor forward(const Tensor& x) override;
   /// The residual add before the norm, fused: {x + residual, forward(x + residual)}, both with
@@ -24,8 +25,8 @@ class LayerNorm : public UnaryModule {
   std::string type_name() const override { return "LayerNorm"; }
   std::string extra_repr() const override;
 
-  int64_t dim;
-  double eps;
+  int64_t dim;  ///< the size of the normalised last dim
+  double eps;  ///< added to the variance
   Tensor weight;  ///< (dim), undefined without elementwise_affine
   Tensor bias;    ///< (dim), undefined without elementwise_affine or bias
 

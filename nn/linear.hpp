@@ -24,7 +24,8 @@ class Linear : public UnaryModule {
   std::string type_name() const override { return "Linear"; }
   std::string extra_repr() const override;
 
-  int64_t in_features, out_features;  ///< the sizes of the input's and the output's last dim
+  int64_t in_features;   ///< the size of the input's last dim
+  int64_t out_features;  ///< the size of the output's last dim
   Tensor weight;  ///< (out, in)
   Tensor bias;    ///< (out), undefined when bias = false
 };

@@ -17,8 +17,9 @@ namespace attnlab::nn {
 /// Writes atomically; `extra` keys must not start with "lm.".
 void save_causal_lm(const std::string& path, const CausalLM& model, const Metadata& extra = {});
 
+/// A CausalLM read from a checkpoint, with the file's metadata.
 struct LoadedLM {
-  std::shared_ptr<CausalLM> model;
+  std::shared_ptr<CausalLM> model;  ///< built from the lm.* metadata, weights loaded
   Metadata metadata;  ///< everything in the file's metadata, "lm.*" included
 };
 /// FileError names the path when the file is not a CausalLM checkpoint or a key is missing or
@@ -31,8 +32,11 @@ LoadedLM load_causal_lm(const std::string& path);
 /// CausalLM file's metadata (the default) or a run's config.toml and task.
 struct LMConfigOrigin {
   std::string source = "the metadata";  ///< "<source> gives <key> = <value>"
-  std::string d_model = "lm.d_model", layers = "lm.layers", vocab_size = "lm.vocab_size", max_len = "lm.max_len",
-              ffn_hidden = "lm.ffn_hidden";
+  std::string d_model = "lm.d_model";        ///< the key that gives the model width
+  std::string layers = "lm.layers";          ///< the key that gives the number of blocks
+  std::string vocab_size = "lm.vocab_size";  ///< the key that gives the vocabulary size
+  std::string max_len = "lm.max_len";        ///< the key that gives the context length
+  std::string ffn_hidden = "lm.ffn_hidden";  ///< the key that gives the feed-forward width
   std::string prefix;  ///< of the model's tensors in the file ("model." in a runner checkpoint)
 };
 

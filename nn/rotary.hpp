@@ -19,6 +19,7 @@
 /// @{
 namespace attnlab::nn {
 
+/// Rotary position embedding (RoPE, Su et al. 2021) with precomputed cos and sin tables.
 class RotaryEmbedding : public Module {
  public:
   /// dim (the per-head size) must be even.
@@ -29,9 +30,11 @@ class RotaryEmbedding : public Module {
   std::string type_name() const override { return "RotaryEmbedding"; }
   std::string extra_repr() const override;
 
-  int64_t dim, max_len;
-  double base;
-  Tensor cos, sin;  ///< (max_len, dim) each, non-persistent buffers
+  int64_t dim;      ///< the per-head size rotated (even)
+  int64_t max_len;  ///< rows of the tables
+  double base;      ///< the angle base, 10000 in RoFormer
+  Tensor cos;       ///< (max_len, dim), non-persistent buffer
+  Tensor sin;       ///< (max_len, dim), non-persistent buffer
 };
 
 /// cat(-x2, x1) for x = cat(x1, x2) split in halves along the last dim.

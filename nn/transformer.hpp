@@ -59,8 +59,11 @@ class TransformerBlock : public Module {
   std::function<void(const AttentionResult&)> attention_observer;
 
   BlockConfig config;  ///< what it was built from
-  std::shared_ptr<Attention> attn, cross_attn;  ///< self-attention; cross-attention (decoder blocks only)
-  std::shared_ptr<LayerNorm> norm1, norm2, norm_cross;  ///< before (pre-norm) or after (post-norm) the attention, the feed-forward and the cross-attention
+  std::shared_ptr<Attention> attn;        ///< the self-attention
+  std::shared_ptr<Attention> cross_attn;  ///< the cross-attention (decoder blocks only)
+  std::shared_ptr<LayerNorm> norm1;       ///< before (pre-norm) or after (post-norm) the self-attention
+  std::shared_ptr<LayerNorm> norm2;       ///< before or after the feed-forward
+  std::shared_ptr<LayerNorm> norm_cross;  ///< before or after the cross-attention
   std::shared_ptr<FeedForward> ffn;  ///< the position-wise feed-forward network
   std::shared_ptr<Dropout> dropout;  ///< on the residual branches
 };
@@ -148,8 +151,10 @@ class CausalLM : public Module {
 struct Seq2SeqConfig {
   BlockConfig block;                ///< the encoder's; the decoder adds cross-attention
   std::string cross_attention = "mha";  ///< the decoder blocks' cross-attention spec
-  int64_t encoder_layers = 2, decoder_layers = 2;  ///< blocks in the encoder and the decoder
-  int64_t src_vocab = 32, tgt_vocab = 32;  ///< source and target vocabulary sizes
+  int64_t encoder_layers = 2;  ///< blocks in the encoder
+  int64_t decoder_layers = 2;  ///< blocks in the decoder
+  int64_t src_vocab = 32;  ///< source token ids are in [0, src_vocab)
+  int64_t tgt_vocab = 32;  ///< target token ids are in [0, tgt_vocab)
   int64_t max_len = 256;  ///< the longest source or target (learned positions)
 };
 
@@ -165,9 +170,13 @@ class EncoderDecoder : public Module {
   std::string type_name() const override { return "EncoderDecoder"; }
 
   Seq2SeqConfig config;  ///< what it was built from
-  std::shared_ptr<Embedding> src_emb, tgt_emb, pos_emb;  ///< source and target token embeddings; positions shared by both
-  std::shared_ptr<ModuleList> encoder, decoder;  ///< the encoder blocks; the decoder blocks (with cross-attention)
-  std::shared_ptr<LayerNorm> encoder_norm, decoder_norm;  ///< the final norm of each stack
+  std::shared_ptr<Embedding> src_emb;  ///< (src_vocab, D)
+  std::shared_ptr<Embedding> tgt_emb;  ///< (tgt_vocab, D)
+  std::shared_ptr<Embedding> pos_emb;  ///< (max_len, D), learned positions shared by source and target
+  std::shared_ptr<ModuleList> encoder;  ///< the encoder blocks
+  std::shared_ptr<ModuleList> decoder;  ///< the decoder blocks (with cross-attention)
+  std::shared_ptr<LayerNorm> encoder_norm;  ///< the encoder's final norm
+  std::shared_ptr<LayerNorm> decoder_norm;  ///< the decoder's final norm
   std::shared_ptr<Linear> lm_head;  ///< (tgt_vocab, D)
 };
 

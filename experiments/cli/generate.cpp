@@ -62,7 +62,7 @@ std::string decoding_mode(const nn::CausalLM& model, bool use_cache) {
   if (!use_cache) return "uncached";
   nn::LMCache cache = model.make_cache(1);
   for (size_t i = 0; i < cache.layers.size(); ++i)
-    if (cache.layers[i]->recomputes())
+    if (nn::recomputes_per_step(*cache.layers[i]))
       return fmt::format("recomputed per token: {} has no decoding cache", cache.layers[i]->owner
                                                                               ? cache.layers[i]->owner->variant_name()
                                                                               : std::string("a layer"));

@@ -2,6 +2,7 @@
 // assignments. TOML is parsed by toml++; every leaf is checked against the schema here so that an
 // error can name the key, the source and the line.
 #include "experiments/runner/config.hpp"
+#include "experiments/runner/config_diff.hpp"
 
 #include <algorithm>
 #include <cmath>

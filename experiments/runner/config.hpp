@@ -113,11 +113,5 @@ class Config {
   std::vector<std::string> origins_;  ///< parallel to schema_.fields()
 };
 
-/// Every key of `now`'s schema whose value differs between two configs, as
-/// "'key' (OLD_NAME: a, NOW_NAME: b)" joined by ", "; "" when they are equal. A value whose meaning
-/// the key's help gives ("0 = the task's default") carries it: "now: 0 = the task's default".
-std::string config_differences(const Config& old, const Config& now, const std::string& old_name,
-                               const std::string& now_name);
-
 }  // namespace attnlab::runner
 /// @}

@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dist/distributed.hpp"
+#include "experiments/runner/config_diff.hpp"
 #include "experiments/runner/dir_lock.hpp"
 #include "experiments/runner/program_name.hpp"
 #include "experiments/runner/task.hpp"

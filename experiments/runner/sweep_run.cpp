@@ -26,6 +26,7 @@
 #include <sstream>
 #include <thread>
 
+#include "experiments/runner/config_diff.hpp"
 #include "experiments/runner/dir_lock.hpp"
 #include "experiments/runner/experiment.hpp"
 #include "experiments/runner/store.hpp"

@@ -18,10 +18,11 @@ namespace {
 struct InputCache : AttentionCache {
   Tensor x;  // (B, length, D)
   int64_t numel() const override { return x.defined() ? x.numel() : 0; }
-  bool recomputes() const override { return true; }
 };
 
 }  // namespace
+
+bool recomputes_per_step(const AttentionCache& cache) { return dynamic_cast<const InputCache*>(&cache) != nullptr; }
 
 std::unique_ptr<AttentionCache> Attention::make_cache(int64_t, int64_t) const {
   auto c = std::make_unique<InputCache>();

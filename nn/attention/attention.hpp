@@ -25,9 +25,6 @@ struct AttentionCache {
   virtual ~AttentionCache() = default;
   /// Elements held in the cache's tensors: its memory, in numbers of the layer's dtype.
   virtual int64_t numel() const { return 0; }
-  /// True for the default state, which keeps the inputs and recomputes the causal forward over
-  /// all of them at each step (variants without a decoding cache of their own).
-  virtual bool recomputes() const { return false; }
   int64_t length = 0;                ///< positions consumed so far
   const Attention* owner = nullptr;  ///< the layer whose make_cache made it
 };

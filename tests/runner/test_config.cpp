@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "experiments/runner/config.hpp"
+#include "experiments/runner/config_diff.hpp"
 #include "helpers.hpp"
 
 using namespace attnlab;

@@ -8,6 +8,7 @@
 
 #include "experiments/runner/sweep.hpp"
 #include "helpers.hpp"
+#include "runner/scratch_dir.hpp"
 #include "tensor/io.hpp"
 
 using namespace attnlab;
