@@ -128,8 +128,8 @@ Tensor record(const char* name, Tensor result, std::span<const Tensor> inputs, F
   set_history(result, std::move(node));
   return result;
 }
-template <class F>
 /// record() with the inputs as a braced list: record("mul", out, {a, b}, formula).
+template <class F>
 Tensor record(const char* name, Tensor result, std::initializer_list<Tensor> inputs, F backward,
               SaveResult save = SaveResult::No) {
   return record(name, std::move(result), std::span<const Tensor>(inputs.begin(), inputs.size()), std::move(backward),

@@ -61,8 +61,8 @@ class Module : public std::enable_shared_from_this<Module> {
   /// A buffer is state that is not trained (running statistics, position tables). Persistent
   /// buffers go into state_dict(); non-persistent ones (derived tables) do not.
   Tensor register_buffer(const std::string& name, Tensor t, bool persistent = true);
-  template <class M>
   /// Registers `module` as the child `name` and returns it; ValueError for a null module, the module itself or a name taken.
+  template <class M>
   std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {
     add_child(name, module);
     return module;

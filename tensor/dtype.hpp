@@ -70,8 +70,8 @@ decltype(auto) dispatch_floating(DType t, const char* op, F&& f) {
   }
 }
 
-template <class F>
 /// Calls f(T{}) with T the C++ type of a numeric `t` (float, double, int64_t); DTypeError naming `op` otherwise.
+template <class F>
 decltype(auto) dispatch_numeric(DType t, const char* op, F&& f) {
   switch (t) {
     case DType::Float32: return f(float{});
@@ -81,8 +81,8 @@ decltype(auto) dispatch_numeric(DType t, const char* op, F&& f) {
   }
 }
 
-template <class F>
 /// Calls f(T{}) with T the C++ type of any `t`.
+template <class F>
 decltype(auto) dispatch_all(DType t, F&& f) {
   switch (t) {
     case DType::Float32: return f(float{});

@@ -31,8 +31,8 @@ struct MemoryError : Error { using Error::Error; };
 /// A file that cannot be read, written or parsed; the message names the path and the defect.
 struct FileError : Error { using Error::Error; };
 
-template <class E = Error, class... Args>
 /// Throws E with the fmt-formatted message: fail<ShapeError>("matmul: {} and {}", a, b).
+template <class E = Error, class... Args>
 [[noreturn]] void fail(fmt::format_string<Args...> f, Args&&... args) {
   throw E(fmt::format(f, std::forward<Args>(args)...));
 }

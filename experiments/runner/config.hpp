@@ -33,19 +33,20 @@ struct ConfigError : ValueError {
   using ValueError::ValueError;
 };
 
-enum class FieldType { Int, Float, Bool, String };
-using Value = std::variant<int64_t, double, bool, std::string>;
+enum class FieldType { Int, Float, Bool, String };  ///< the type of a config key
+using Value = std::variant<int64_t, double, bool, std::string>;  ///< a config value, of one of the four types
 
 /// "int", "float", "bool", "string"
 const char* type_name(FieldType t);
 /// A value as it would be written in TOML: 3, 0.001, true, "mha(heads=4)".
 std::string to_toml_value(const Value& v);
 
+/// One config key: its name, type, default and help line.
 struct Field {
   std::string key;  ///< dotted, e.g. "model.attention"
-  FieldType type = FieldType::Int;
+  FieldType type = FieldType::Int;  ///< the key's type
   Value value;      ///< the default
-  std::string help;
+  std::string help;  ///< one line for `attnlab list EXPERIMENT`
 };
 
 /// The keys an experiment reads. Builder style:
@@ -57,16 +58,17 @@ struct Field {
 /// Config(schema) throws it and register_experiment refuses the experiment, naming it.
 class Schema {
  public:
-  Schema& add(const std::string& key, int64_t def, const std::string& help);
-  Schema& add(const std::string& key, int def, const std::string& help) { return add(key, int64_t(def), help); }
-  Schema& add(const std::string& key, double def, const std::string& help);
-  Schema& add(const std::string& key, bool def, const std::string& help);
-  Schema& add(const std::string& key, const std::string& def, const std::string& help);
+  Schema& add(const std::string& key, int64_t def, const std::string& help);  ///< adds an int key with its default and help (errors: see above)
+  Schema& add(const std::string& key, int def, const std::string& help) { return add(key, int64_t(def), help); }  ///< adds an int key with its default and help
+  Schema& add(const std::string& key, double def, const std::string& help);  ///< adds a float key with its default and help
+  Schema& add(const std::string& key, bool def, const std::string& help);  ///< adds a bool key with its default and help
+  Schema& add(const std::string& key, const std::string& def, const std::string& help);  ///< adds a string key with its default and help
+  /// Adds a string key with its default and help.
   Schema& add(const std::string& key, const char* def, const std::string& help) {
     return add(key, std::string(def), help);
   }
   const Field* find(const std::string& key) const;  ///< nullptr when absent
-  const std::vector<Field>& fields() const { return fields_; }
+  const std::vector<Field>& fields() const { return fields_; }  ///< every key, in the order added
   /// The first bad add ("" when none), e.g. "Schema: key 'train.steps' added twice".
   const std::string& error() const { return error_; }
 
@@ -75,6 +77,7 @@ class Schema {
   std::string error_;
 };
 
+/// An experiment's resolved config: every key of its schema with a value and where that value came from (default, preset, file, --set).
 class Config {
  public:
   explicit Config(Schema schema);  ///< every key at its default; ConfigError when schema.error() is set
@@ -90,10 +93,10 @@ class Config {
 
   /// Typed reads; ConfigError when the key is not in the schema or has another type.
   int64_t get_int(const std::string& key) const;
-  double get_float(const std::string& key) const;
-  bool get_bool(const std::string& key) const;
-  const std::string& get_string(const std::string& key) const;
-  const Value& get(const std::string& key) const;
+  double get_float(const std::string& key) const;  ///< the float value of `key` (see get_int)
+  bool get_bool(const std::string& key) const;  ///< the bool value of `key` (see get_int)
+  const std::string& get_string(const std::string& key) const;  ///< the string value of `key` (see get_int)
+  const Value& get(const std::string& key) const;  ///< the value of `key`, any type; ConfigError when the schema lacks it
 
   /// Where the key's value came from: "default", "preset quick", "run.toml:3", "--set".
   const std::string& origin(const std::string& key) const;
@@ -104,7 +107,7 @@ class Config {
   /// The resolved config as one flat JSON object {"model.attention": "mha", ...}.
   std::string to_json() const;
 
-  const Schema& schema() const { return schema_; }
+  const Schema& schema() const { return schema_; }  ///< the schema the config was built from
   bool operator==(const Config& other) const;  ///< same keys, same values (origins ignored)
 
  private:

@@ -78,12 +78,13 @@ namespace attnlab::runner {
 class RunContext;
 struct TaskData;
 
+/// An experiment: a name, a config schema, presets and the function that runs it (see the file's description).
 struct Experiment {
-  std::string name;
-  std::string description;
-  Schema schema;
+  std::string name;  ///< `attnlab run NAME`
+  std::string description;  ///< one line for `attnlab list`
+  Schema schema;  ///< the config keys it reads (register_experiment adds `seed`)
   std::map<std::string, std::string> presets;  ///< preset name -> TOML overrides
-  std::function<void(const Config&, RunContext&)> run;
+  std::function<void(const Config&, RunContext&)> run;  ///< trains and reports through the RunContext
   /// Optional: validates a resolved config before the run directory is created (ConfigError or
   /// another Error for a config the run would reject). Must not depend on the run directory or on
   /// `seed` (the sweep checks each config once for all its seeds).
@@ -110,11 +111,11 @@ const Experiment& find_experiment(const std::string& name);
 
 /// What `attnlab run` resolves and runs (experiments/cli/run.cpp).
 struct RunRequest {
-  std::string experiment;
+  std::string experiment;  ///< the registered experiment's name
   std::string preset;                 ///< "" = none
   std::string config_file;            ///< "" = none
   std::vector<std::string> sets;      ///< "key=value", in order
-  std::filesystem::path run_dir;
+  std::filesystem::path run_dir;  ///< the run directory
   std::string command_line;           ///< recorded in meta.json
   bool force = false;                 ///< set an existing run aside (DIR.old-N) and start afresh
   bool wait = false;                  ///< another process holds run_dir: wait (else fail at once)
@@ -137,15 +138,16 @@ int run_experiment(const RunRequest& request, std::ostream& console, bool tty);
 /// The "error" of dir/failure.json; "" when the file is absent or unreadable.
 std::string failure_message(const std::filesystem::path& run_dir);
 
+/// What append_meta_session returns: the new meta.json and a warning.
+struct MetaSession {
+  std::string text;     ///< the new meta.json
+  std::string warning;  ///< "" when the thread count and the number of ranks are unchanged
+};
 /// A resumed process recorded as a segment in a run's meta.json: `text` is the file's content, `path` names it
 /// in errors. Appends `now` to "resumed_at" and {start: now, threads} to "segments" (a file without
 /// segments gets its first segment from "start_time" and "threads"); `warning` is set when the
 /// previous process ran with another thread count or number of MPI ranks. FileError naming the path when the text is not
 /// a JSON object or "resumed_at" / "segments" is not a list.
-struct MetaSession {
-  std::string text;     ///< the new meta.json
-  std::string warning;  ///< "" when the thread count and the number of ranks are unchanged
-};
 MetaSession append_meta_session(const std::string& text, const std::string& path, const std::string& now, int threads,
                                 int world_size = 1);
 
@@ -155,8 +157,10 @@ MetaSession append_meta_session(const std::string& text, const std::string& path
 /// changes nothing. Returns the exit status the run would start with: 0, or kExitUsage.
 int dry_run_experiment(const RunRequest& request, std::ostream& out, std::ostream& console);
 
+/// What an experiment's run function receives: its config, its run directory, logging, metrics, checkpoints and stop requests (see the file's description).
 class RunContext {
  public:
+  /// Where the console output goes and how progress is shown.
   struct Options {
     std::ostream* console = nullptr;  ///< log lines and progress also go here (nullptr: log.txt only)
     bool tty = false;                 ///< redraw one progress line instead of periodic log lines
@@ -173,13 +177,14 @@ class RunContext {
   RunContext(const RunContext&) = delete;
   RunContext& operator=(const RunContext&) = delete;
 
-  const Config& config() const;
-  const std::filesystem::path& dir() const;
+  const Config& config() const;  ///< the resolved config
+  const std::filesystem::path& dir() const;  ///< the run directory
   /// Seeded from the config's `seed`; restored from the checkpoint on resume.
   Generator& generator();
 
   /// A log line (log.txt and stderr; on a TTY it does not break the progress bar).
   void log(const std::string& line);
+  /// log() of an fmt-formatted line.
   template <class... A>
   void logf(fmt::format_string<A...> f, A&&... args) {
     log(fmt::format(f, std::forward<A>(args)...));
@@ -198,7 +203,7 @@ class RunContext {
   /// Saving is atomic. load_checkpoint returns the step and tensors of the last save, or nothing
   /// for a fresh run.
   void save_checkpoint(int64_t step, const TensorMap& state);
-  std::optional<std::pair<int64_t, TensorMap>> load_checkpoint() const;
+  std::optional<std::pair<int64_t, TensorMap>> load_checkpoint() const;  ///< the last checkpoint's step and tensors, or nothing (see save_checkpoint)
 
   /// True once SIGINT or SIGTERM arrived: save a checkpoint and return from the experiment.
   bool should_stop() const;
@@ -216,7 +221,7 @@ class RunContext {
   double seconds() const;
   /// The largest step seen by metrics, progress or save_checkpoint (or restored), -1 if none.
   int64_t last_step() const { return last_step_; }
-  const std::map<std::string, double>& summaries() const { return summary_; }
+  const std::map<std::string, double>& summaries() const { return summary_; }  ///< the final metrics set so far with summary()
   /// Writes summary.json (status "complete"); run_experiment calls it after a normal return.
   void write_summary(const std::string& experiment);
 

@@ -30,13 +30,18 @@
 /// @{
 namespace attnlab::runner {
 
+/// The data of one task, built from the task.* keys: splits for classification and sequence tasks, token streams for language modelling, display text of ids.
 struct TaskData {
   std::string name;                  ///< "listops", ...
   bool language_model = false;       ///< fortunes: train_tokens / val_tokens instead of splits
   bool per_position = false;         ///< targets (n, seq_len) instead of (n)
-  data::TensorDataset train, val, test;  ///< classification / sequence tasks
-  Tensor train_tokens, val_tokens;       ///< int64 (T), language modelling
-  std::vector<int64_t> train_docs, val_docs;  ///< language modelling: where each document starts
+  data::TensorDataset train;  ///< classification / sequence tasks: the training split
+  data::TensorDataset val;    ///< the validation split
+  data::TensorDataset test;   ///< the test split
+  Tensor train_tokens;  ///< int64 (T), language modelling: the training stream
+  Tensor val_tokens;    ///< int64 (T), the validation stream
+  std::vector<int64_t> train_docs;  ///< language modelling: where each training document starts
+  std::vector<int64_t> val_docs;    ///< where each validation document starts
   int64_t vocab_size = 0;   ///< inputs are token ids in [0, vocab_size) (0 for feature inputs)
   int64_t input_dim = 0;    ///< inputs are float features (n, seq_len, input_dim) (0 for tokens)
   int64_t num_classes = 0;  ///< classes; per-position and LM tasks: the output vocabulary
@@ -49,14 +54,15 @@ struct TaskData {
 
   /// Display text of an input id / output id; `"<id>"` for ids without one.
   std::string token(int64_t id) const;
-  std::string label(int64_t id) const;
+  std::string label(int64_t id) const;  ///< the display text of output id `id`
   /// (B, N) int64 inputs with padding: bool (B, N), true = real token; undefined when unpadded.
   Tensor padding_mask(const Tensor& inputs) const;
 };
 
+/// A task's name and description, for `attnlab list`.
 struct TaskInfo {
-  std::string name;
-  std::string description;
+  std::string name;  ///< task.name
+  std::string description;  ///< one line
 };
 /// The registered tasks, in a fixed order.
 const std::vector<TaskInfo>& tasks();

@@ -54,12 +54,12 @@ namespace attnlab::runner {
 
 /// The train.* keys the Trainer reads, with these defaults.
 struct TrainDefaults {
-  int64_t steps = 200;
-  int64_t batch_size = 32;
-  double lr = 1e-3;
-  double weight_decay = 0.01;
-  int64_t warmup = 20;
-  double min_lr_ratio = 0.1;
+  int64_t steps = 200;  ///< train.steps: optimizer steps
+  int64_t batch_size = 32;  ///< train.batch_size: examples per step (the global batch)
+  double lr = 1e-3;  ///< train.lr: the peak learning rate
+  double weight_decay = 0.01;  ///< train.weight_decay: AdamW's decoupled decay on weights (not biases or norms)
+  int64_t warmup = 20;  ///< train.warmup: steps of linear warmup
+  double min_lr_ratio = 0.1;  ///< train.min_lr_ratio: the cosine schedule's final lr / peak lr
   double clip = 1.0;          ///< max gradient norm; 0 = no clipping
   int64_t eval_every = 100;   ///< 0 = only at the end
   int64_t log_every = 10;
@@ -68,6 +68,7 @@ struct TrainDefaults {
   std::string groups = "";       ///< parameter groups by name pattern (parse_groups); "" = none
   int64_t accumulate = 1;        ///< micro-batches per step on each rank
 };
+/// Adds the train.* keys with these defaults to `schema`; returns it.
 Schema& add_train_keys(Schema& schema, const TrainDefaults& defaults = {});
 
 /// train.precision: "float32" (the default) or "bf16": matrix products under autocast
@@ -75,6 +76,7 @@ Schema& add_train_keys(Schema& schema, const TrainDefaults& defaults = {});
 /// softmax and losses. Whether bf16 engages depends on the build (oneDNN) and the CPU (native
 /// bf16, or ATTNLAB_AUTOCAST=force); the run logs the decision and meta.json records it.
 Schema& add_precision_key(Schema& schema);
+/// The resolved train.precision: what was asked, whether bf16 engages, and why.
 struct Precision {
   std::string requested;  ///< the key's value
   bool bf16 = false;      ///< whether products run in bf16
@@ -93,9 +95,9 @@ void check_batch_split(const Config& config, int world_size);
 /// weight_decay as the default split gives it (train.weight_decay on weights that are at least
 /// 2-d and not biases or norms, 0 on the rest).
 struct GroupSpec {
-  std::string pattern;
+  std::string pattern;  ///< the parameter-name pattern the entry applies to
   std::optional<double> lr = {};            ///< peak lr; the schedule scales it like train.lr
-  std::optional<double> weight_decay = {};
+  std::optional<double> weight_decay = {};  ///< the group's weight decay
 };
 
 /// Parses "PATTERN: lr=X, weight_decay=Y; PATTERN: ...". Entries are separated by ';', a pattern
@@ -119,6 +121,7 @@ std::vector<optim::ParamGroup> make_param_groups(const nn::NamedTensors& named, 
 
 // ---- train.init_from ----
 
+/// What load_init_from copied into the model.
 struct InitFromResult {
   std::string file;                           ///< the checkpoint read
   int64_t loaded = 0;                         ///< tensors copied into the model
@@ -135,6 +138,7 @@ struct InitFromResult {
 /// offending tensor (with both shapes for a shape mismatch). Nothing is copied on error.
 InitFromResult init_from_checkpoint(nn::Module& model, const std::string& path);
 
+/// The runner's training loop: AdamW with a warmup-cosine schedule, clipping, evaluation, checkpoints and resume, from the train.* keys (docs/experiments.md).
 class Trainer {
  public:
   /// Builds AdamW over make_param_groups(model.named_parameters(), ...) and the schedule from
@@ -162,11 +166,11 @@ class Trainer {
   /// saved).
   bool fit();
 
-  int64_t step() const { return step_; }
-  int64_t total_steps() const { return total_; }
+  int64_t step() const { return step_; }  ///< the steps done so far
+  int64_t total_steps() const { return total_; }  ///< train.steps
   /// Training steps per second since this process started training (evaluation excluded); 0 before any step.
   double steps_per_second() const;
-  optim::AdamW& optimizer() { return *opt_; }
+  optim::AdamW& optimizer() { return *opt_; }  ///< the optimizer (its groups, lrs and state)
   /// The train_loss of the last metrics line (NaN before the first).
   double last_train_loss() const { return last_train_loss_; }
   /// The last evaluation's metrics (empty before the first).
