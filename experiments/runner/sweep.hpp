@@ -74,15 +74,16 @@ inline constexpr int kExitSweepConflict = 4;
 
 /// One varied key and its values, in file order; `line` is where the key is written.
 struct Axis {
-  std::string key;
-  std::vector<Value> values;
-  int line = 0;
+  std::string key;            ///< a config key
+  std::vector<Value> values;  ///< its values, in file order
+  int line = 0;               ///< where the key is written
 };
 
+/// One `[set]` entry: a key, its value and the line it is written on.
 struct Assignment {
-  std::string key;
-  Value value;
-  int line = 0;
+  std::string key;  ///< a config key
+  Value value;      ///< its value, typed as the file writes it
+  int line = 0;     ///< where the entry is written
 };
 
 /// The [report] table: what `attnlab report` tabulates and plots.
@@ -92,19 +93,23 @@ struct ReportSpec {
   bool sort_given = false;          ///< without `sort`, lower_is_better(headline) decides
   std::string x;                    ///< optional: the headline metric against this swept key
   std::vector<std::string> curves;  ///< metrics.jsonl columns drawn as training curves
+  /// bubble = { x = ..., y = ..., size = ..., label = ... }: a bubble chart of the configurations.
   struct Bubble {
-    std::string x, y, size, label;  ///< metrics (or config keys); label: a key naming each bubble
+    std::string x;      ///< the metric (or config key) across
+    std::string y;      ///< the metric (or config key) up
+    std::string size;   ///< the metric (or config key) a bubble's area shows
+    std::string label;  ///< a key naming each bubble
   };
-  bool has_bubble = false;
-  Bubble bubble;
+  bool has_bubble = false;  ///< whether [report] has a bubble table
+  Bubble bubble;            ///< the bubble chart, when has_bubble
   /// measured = { file = "...", key = "model.attention" }: a CSV of figures measured outside the
   /// sweep joined to every run by the run's value of `key` (experiments/runner/measured.hpp).
   struct Measured {
     std::string file;  ///< relative to the working directory of `attnlab report`
     std::string key;   ///< a swept key
   };
-  bool has_measured = false;
-  Measured measured;
+  bool has_measured = false;  ///< whether [report] has a measured table
+  Measured measured;          ///< the measured figures, when has_measured
   /// A configuration named by some of its axis values: { "model.key_size" = 16 }.
   using Selector = std::vector<std::pair<std::string, Value>>;
   Selector baseline;  ///< optional: every other configuration's paired difference against this one
@@ -114,25 +119,29 @@ struct ReportSpec {
     std::string name;    ///< what is claimed, in words
     std::string metric;  ///< default: `metric` above
     std::string minus;   ///< optional: judge metric - minus of each run (two metrics of one run)
-    Selector a, b;       ///< b: only for better / equal; an empty a: the sweep's only configuration
-    Relation relation = Relation::Better;
+    Selector a;          ///< the configuration judged; empty: the sweep's only configuration
+    Selector b;          ///< the one it is compared with (better / equal only)
+    Relation relation = Relation::Better;  ///< better, equal, below or above
     double margin = 0;   ///< equal: |a - b| <= margin
     double value = 0;    ///< below / above: the threshold
-    int line = 0;
+    int line = 0;        ///< where the expectation starts in the file
   };
-  std::vector<Expectation> expect;
+  std::vector<Expectation> expect;  ///< in file order
 };
 
+/// A parsed sweep file (see the file's description).
 struct SweepSpec {
-  std::string path;  ///< the sweep file, for messages
-  std::string text;  ///< its content, copied to DIR/sweep.toml
-  std::string experiment, preset;
-  int workers = 1;
-  std::vector<Assignment> set;
-  std::vector<Axis> grid, zip;
-  std::vector<int64_t> seeds = {0};
-  int seeds_line = 0;
-  ReportSpec report;
+  std::string path;        ///< the sweep file, for messages
+  std::string text;        ///< its content, copied to DIR/sweep.toml
+  std::string experiment;  ///< the registered experiment every run runs
+  std::string preset;      ///< "" = none
+  int workers = 1;         ///< runs at a time
+  std::vector<Assignment> set;    ///< [set]: overrides common to every run
+  std::vector<Axis> grid;         ///< [grid]: the cartesian product's axes, in file order
+  std::vector<Axis> zip;          ///< [zip]: keys varied together (one axis)
+  std::vector<int64_t> seeds = {0};  ///< the `seed` axis
+  int seeds_line = 0;             ///< where `seeds` is written (0: not written)
+  ReportSpec report;              ///< [report]
 };
 
 /// The most runs a sweep file may name (seeds x zip length x every grid list's length): a few
@@ -146,6 +155,7 @@ SweepSpec load_sweep(const std::string& path);  ///< FileError when unreadable
 
 /// One run's value on every axis, in axis order (zip keys, grid keys, then "seed").
 using Point = std::vector<std::pair<std::string, Value>>;
+/// Every run's point, in expansion order (see the file's description).
 std::vector<Point> expand_sweep(const SweepSpec& spec);
 /// The axis keys, in the order of a Point (the same for every run).
 std::vector<std::string> axis_keys(const SweepSpec& spec);
@@ -180,6 +190,7 @@ struct SweepPlan {
   bool changed = false;       ///< DIR/sweep.toml differs from the file (to be rewritten)
   size_t added = 0;           ///< runs new to DIR, at the end of `points`
 };
+/// The plan of `spec` against DIR, as described above.
 SweepPlan plan_sweep(const SweepSpec& spec, const std::vector<Point>& points, const std::filesystem::path& dir);
 /// Records a plan in DIR: DIR/sweep.runs.jsonl (one point per line, in run order) when the
 /// numbering differs from the expansion, then DIR/sweep.toml (the file's text). Written in this
@@ -222,10 +233,12 @@ struct RunDone {
   double seconds = 0;                    ///< this run's wall time
   std::string metric;                    ///< headline_metric; "" leaves the metric out
   std::map<std::string, double> metrics;  ///< the run's final metrics
-  size_t left = 0, total = 0;            ///< runs of this invocation not finished, and queued in all
+  size_t left = 0;                       ///< runs of this invocation not finished
+  size_t total = 0;                      ///< runs of this invocation, queued in all
   double mean_seconds = 0;               ///< over the runs completed so far, this one included
-  int workers = 1;
+  int workers = 1;                       ///< runs at a time
 };
+/// The line above for one completed run.
 std::string done_line(const RunDone& done);
 /// 42 s, 3.5 min, 2.1 h
 std::string format_duration(double seconds);
@@ -235,11 +248,13 @@ std::string run_dir_name(int64_t index);
 /// `sweeps/<stem of the sweep file>`
 std::filesystem::path default_sweep_dir(const std::string& sweep_file);
 
+/// How `attnlab sweep` runs a sweep file: its directory, workers, shard, cores and executable.
 struct SweepOptions {
-  std::string sweep_file;
+  std::string sweep_file;     ///< the sweep file's path
   std::filesystem::path dir;  ///< empty = default_sweep_dir(sweep_file)
   int workers = 0;            ///< 0 = the file's `workers`
-  int shard = 0, shards = 1;  ///< run the runs with index % shards == shard
+  int shard = 0;              ///< run the runs with index % shards == shard
+  int shards = 1;             ///< see shard
   std::string executable = "/proc/self/exe";  ///< the attnlab binary the runs are started with
   int cores = 0;              ///< 0 = the cores this process may run on
   bool wait = false;          ///< another process holds the directory (or shard): wait for it
@@ -252,8 +267,11 @@ int run_sweep(const SweepOptions& options, std::ostream& out);
 
 /// What a Slurm job array script of a sweep holds; every path absolute.
 struct SlurmScript {
-  std::string sweep_file, dir, executable;
-  int shards = 1, cpus_per_task = 1;
+  std::string sweep_file;  ///< absolute path of the sweep file
+  std::string dir;         ///< absolute path of the sweep directory
+  std::string executable;  ///< absolute path of the attnlab binary
+  int shards = 1;          ///< array tasks, one shard each
+  int cpus_per_task = 1;   ///< cores per task
   int signal_seconds = 120;  ///< SIGUSR1 this long before the time limit: stop, checkpoint, requeue
 };
 
