@@ -19,6 +19,7 @@
 /// @{
 namespace attnlab::nn {
 
+/// The options of `bigbird` beside the head options (see the file's description).
 struct BigBirdConfig {
   int64_t block = 16;     ///< b
   int64_t window = 3;     ///< W, odd: window blocks per query block
@@ -27,6 +28,7 @@ struct BigBirdConfig {
   int64_t max_len = 4096; ///< longest N (a multiple of b); random_blocks has max_len/b rows
 };
 
+/// The `bigbird` variant: block-sparse attention with window, global and random blocks (see the file's description).
 class BigBird : public ProjectedAttention {
  public:
   BigBird(int64_t d_model, const HeadConfig& heads, const BigBirdConfig& config);

@@ -22,6 +22,7 @@
 /// @{
 namespace attnlab::nn {
 
+/// The options of `collaborative` beside the head options (see the file's description).
 struct CollaborativeConfig {
   HeadConfig head;                     ///< key_size is unused: the keys are shared, Dk~ wide
   int64_t shared_key_size = 0;         ///< Dk~
@@ -29,6 +30,7 @@ struct CollaborativeConfig {
   double scale = 0;                    ///< resolved; the option defaults to 1/sqrt(Dk~/h)
 };
 
+/// The `collaborative` variant: heads share one key/query projection and mix it per head (see the file's description).
 class CollaborativeAttention : public Attention {
  public:
   CollaborativeAttention(int64_t d_model, const CollaborativeConfig& config);

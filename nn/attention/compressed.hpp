@@ -28,6 +28,7 @@
 /// @{
 namespace attnlab::nn {
 
+/// The options of `compressed` beside the head options (see the file's description).
 struct CompressedConfig {
   int64_t stride = 4;    ///< s: kernel size and stride of both convolutions
   int64_t kv_heads = 0;  ///< heads of k_proj/v_proj and the convolutions' inputs; 0 = heads
@@ -47,6 +48,7 @@ class StridedConv1d : public Module {
   Tensor bias;    ///< (out), undefined when bias = false
 };
 
+/// The `compressed` variant: attention over keys and values compressed along the sequence by a strided convolution (see the file's description).
 class CompressedAttention : public ProjectedAttention {
  public:
   CompressedAttention(int64_t d_model, const HeadConfig& head, const CompressedConfig& settings);

@@ -20,6 +20,7 @@
 /// @{
 namespace attnlab::nn {
 
+/// How cp_decompose runs alternating least squares.
 struct CPOptions {
   int64_t max_iterations = 1000;  ///< ALS sweeps (each updates A, then M, then B)
   /// Stop when the relative error falls below `tolerance` or changes by less than
@@ -33,12 +34,14 @@ struct CPOptions {
   bool line_search = true;
 };
 
+/// How a CP fit ended.
 struct CPReport {
   double relative_error = 0;  ///< ||T - T^|| / ||T|| (Frobenius), 0 for T = 0
   int64_t iterations = 0;     ///< ALS sweeps run; 0 when no fit was needed
   bool converged = false;     ///< stopped by the tolerance, not by the iteration cap
 };
 
+/// The CP factors of a 3-way tensor and the fit's report.
 struct CPFactors {
   Tensor a;  ///< (I, R) float64
   Tensor m;  ///< (J, R) float64

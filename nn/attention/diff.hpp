@@ -21,6 +21,7 @@
 /// @{
 namespace attnlab::nn {
 
+/// The `diff` variant: differential attention, the difference of two softmax maps per head (see the file's description).
 class DiffAttention : public Attention {
  public:
   DiffAttention(int64_t d_model, const HeadConfig& config, int64_t layer);

@@ -14,6 +14,7 @@
 /// @{
 namespace attnlab::nn {
 
+/// The `fnet` variant: attention-free token mixing by Fourier transforms (see the file's description).
 class FNet : public Attention {
  public:
   explicit FNet(int64_t d_model);

@@ -12,6 +12,7 @@
 /// @{
 namespace attnlab::nn {
 
+/// The gate options every multi-head variant accepts (gate, gate_init, ...; docs/attention.md, "Head gates").
 struct GateConfig {
   std::string kind = "none";  ///< none | hard_concrete
   double init = 2.0;          ///< gate_init: log_alpha's initial value

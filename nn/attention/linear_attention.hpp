@@ -47,6 +47,7 @@ struct KernelizedCache : AttentionCache {
 /// kernelized_attention for these positions: (phi(q) S + within-step terms) / (phi(q) z + eps).
 Tensor kernelized_step(KernelizedCache& c, const Tensor& fq, const Tensor& fk, const Tensor& v, const Tensor& eps);
 
+/// The `linear` variant: kernelized attention with phi(z) = elu(z) + 1, linear in N, with a recurrent state for decoding (see the file's description).
 class LinearAttention : public ProjectedAttention {
  public:
   LinearAttention(int64_t d_model, const HeadConfig& config, double eps);

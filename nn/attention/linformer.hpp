@@ -17,12 +17,14 @@
 /// @{
 namespace attnlab::nn {
 
+/// The options of `linformer` beside the head options (see the file's description).
 struct LinformerConfig {
   int64_t proj_len = 64;  ///< k
   int64_t max_len = 512;  ///< L: the longest key sequence proj_k can take
   bool share_kv = false;  ///< share=kv: proj_k projects the values too, and proj_v does not exist
 };
 
+/// The `linformer` variant: keys and values projected along the sequence to k rows (see the file's description).
 class Linformer : public ProjectedAttention {
  public:
   Linformer(int64_t d_model, const HeadConfig& head, const LinformerConfig& settings);

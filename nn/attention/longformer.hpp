@@ -50,6 +50,7 @@ struct BlockPattern {
   std::vector<int64_t> global_rows;  ///< query rows computed densely against every key
 };
 
+/// The projected heads block_attention attends with, and the global rows' own inputs.
 struct BlockInputs {
   Tensor q;  ///< (B, h, N, dk), already scaled
   Tensor k;  ///< (B, h, M, dk)
@@ -59,6 +60,7 @@ struct BlockInputs {
   Tensor q_rows, k_rows, v_rows;
 };
 
+/// What block_attention returns.
 struct BlockResult {
   Tensor o;          ///< (B, h, N, dv)
   Tensor attention;  ///< (B, h, N, M) densified probabilities (no gradient), with need_weights
@@ -71,6 +73,7 @@ BlockResult block_attention(const BlockPattern& pattern, const BlockInputs& in, 
 
 // ---- longformer ----
 
+/// The options of `longformer` beside the head options (see the file's description).
 struct LongformerConfig {
   int64_t window = 64;                 ///< w
   int64_t dilation = 1;                ///< d
@@ -80,6 +83,7 @@ struct LongformerConfig {
   bool separate_global = false;
 };
 
+/// The `longformer` variant: a dilated sliding window plus global positions (see the file's description).
 class Longformer : public ProjectedAttention {
  public:
   Longformer(int64_t d_model, const HeadConfig& heads, const LongformerConfig& config);

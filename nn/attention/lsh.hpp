@@ -42,6 +42,7 @@ Tensor unit_rows(const Tensor& v);
 
 }  // namespace cluster
 
+/// The `lsh` variant: Reformer's locality-sensitive-hashing attention with shared queries and keys (see the file's description).
 class LshAttention : public ProjectedAttention {
  public:
   /// buckets nb (even), hashes R, chunk c.

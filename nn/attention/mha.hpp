@@ -38,6 +38,7 @@ struct MhaOptions {
   double rope_base = 10000;
 };
 
+/// The `mha` variant: scaled dot-product multi-head attention with the options of current models (see the file's description).
 class MultiHeadAttention : public Attention {
  public:
   MultiHeadAttention(int64_t d_model, const HeadConfig& config, bool key_bias, const MhaOptions& options = {});

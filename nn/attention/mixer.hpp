@@ -25,6 +25,7 @@ class TokenMlp : public Module {
   std::shared_ptr<Linear> w1, w2;
 };
 
+/// The `mixer` variant: MLP-Mixer's token-mixing MLP in place of attention (see the file's description).
 class Mixer : public Attention {
  public:
   Mixer(int64_t d_model, int64_t max_len, int64_t hidden, bool bias);

@@ -32,6 +32,7 @@
 /// @{
 namespace attnlab::nn {
 
+/// The options of `mla` beside the head options (see the file's description).
 struct LatentConfig {
   HeadConfig head;        ///< heads, key_size dk (no-RoPE part), value_size dv, causal, dropout, gate
   int64_t kv_rank = 0;    ///< r
@@ -48,6 +49,7 @@ struct LatentCache : AttentionCache {
   int64_t numel() const override { return c.numel() + kr.numel(); }
 };
 
+/// The `mla` variant: multi-head latent attention, keys and values from one low-rank latent per position (see the file's description).
 class LatentAttention : public Attention {
  public:
   LatentAttention(int64_t d_model, const LatentConfig& config);

@@ -25,6 +25,7 @@
 /// @{
 namespace attnlab::nn {
 
+/// The options of `nystrom` beside the head options (see the file's description).
 struct NystromConfig {
   int64_t landmarks = 32;  ///< m
   int64_t pinv_iters = 6;
@@ -43,6 +44,7 @@ class DepthwiseSeqConv : public Module {
   Tensor weight;  ///< (h, 1, k, 1)
 };
 
+/// The `nystrom` variant: softmax attention approximated through m landmarks (see the file's description).
 class NystromAttention : public ProjectedAttention {
  public:
   NystromAttention(int64_t d_model, const HeadConfig& head, const NystromConfig& settings);

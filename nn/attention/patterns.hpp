@@ -68,6 +68,7 @@ Tensor attend_parts(std::vector<PatternPart>& parts, const Tensor& q, const Tens
 PatternPart dilated_band(int64_t n, int64_t m, int64_t window, int64_t dilation, bool causal,
                          const std::vector<int64_t>& skip_keys = {}, const std::vector<char>& skip_queries = {});
 
+/// The base of the fixed positional patterns (local, strided, fixed, dilated) on the MHA projections.
 class PatternAttention : public ProjectedAttention {
  public:
   /// need_weights densifies the probabilities (B, h, N, M): small inputs only.
@@ -92,6 +93,7 @@ class PatternAttention : public ProjectedAttention {
                                const Tensor& segment_ids);
 };
 
+/// The `local` variant: a sliding window of keys around each query, with a rolling window for decoding.
 class LocalAttention : public PatternAttention {
  public:
   LocalAttention(int64_t d_model, const HeadConfig& config, int64_t window, int64_t sink_tokens = 0);
@@ -111,6 +113,7 @@ class LocalAttention : public PatternAttention {
   void own_options(OptionValues& values) const override;
 };
 
+/// The `sparse_strided` variant: |n - m| < l or (n - m) mod l == 0 (Child et al. 2019).
 class StridedSparseAttention : public PatternAttention {
  public:
   StridedSparseAttention(int64_t d_model, const HeadConfig& config, int64_t stride);
@@ -125,6 +128,7 @@ class StridedSparseAttention : public PatternAttention {
   void own_options(OptionValues& values) const override;
 };
 
+/// The `sparse_fixed` variant: its own block of l, plus the last c of every block (Child et al. 2019).
 class FixedSparseAttention : public PatternAttention {
  public:
   FixedSparseAttention(int64_t d_model, const HeadConfig& config, int64_t block, int64_t summary);
@@ -139,6 +143,7 @@ class FixedSparseAttention : public PatternAttention {
   void own_options(OptionValues& values) const override;
 };
 
+/// The `dilated` variant: a dilated sliding window.
 class DilatedAttention : public PatternAttention {
  public:
   DilatedAttention(int64_t d_model, const HeadConfig& config, int64_t window, int64_t dilation);

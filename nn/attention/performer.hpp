@@ -27,6 +27,7 @@
 /// @{
 namespace attnlab::nn {
 
+/// The options of `performer` beside the head options (see the file's description).
 struct PerformerConfig {
   int64_t features = 256;  ///< m
   bool ortho = true;
@@ -34,6 +35,7 @@ struct PerformerConfig {
   double eps = 1e-6;
 };
 
+/// The `performer` variant: FAVOR+ positive random features approximating softmax attention (see the file's description).
 class Performer : public ProjectedAttention {
  public:
   Performer(int64_t d_model, const HeadConfig& config, const PerformerConfig& performer);

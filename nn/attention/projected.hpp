@@ -17,6 +17,7 @@
 /// @{
 namespace attnlab::nn {
 
+/// The base of the variants on the standard MHA projections (see the file's description).
 class ProjectedAttention : public Attention {
  public:
   /// `has_k_proj` = false for shared-QK variants (lsh): no k_proj, project() returns k undefined.
@@ -37,6 +38,7 @@ class ProjectedAttention : public Attention {
   Generator gen;                                             ///< attention dropout, seeded draws
 
  protected:
+  /// The projected heads a subclass attends with.
   struct Heads {
     Tensor q;  ///< (B, h, N, dk), not scaled
     Tensor k;  ///< (B, h, M, dk), undefined without k_proj

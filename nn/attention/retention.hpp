@@ -49,6 +49,7 @@ struct RetentionCache : AttentionCache {
   int64_t numel() const override { return state.numel(); }
 };
 
+/// The `retention` variant: multi-scale retention, causal, with a decaying recurrent state (see the file's description).
 class Retention : public Attention {
  public:
   /// gammas: one decay rate per head, in (0, 1).

@@ -22,6 +22,7 @@
 /// @{
 namespace attnlab::nn {
 
+/// The `routing` variant: attention within clusters of queries and keys routed by k-means (see the file's description).
 class RoutingAttention : public ProjectedAttention {
  public:
   RoutingAttention(int64_t d_model, const HeadConfig& config, int64_t clusters, double decay);

@@ -28,6 +28,7 @@
 /// @{
 namespace attnlab::nn {
 
+/// The options of `sinkhorn` beside the head options (see the file's description).
 struct SinkhornConfig {
   int64_t block = 32;  ///< b
   int64_t iters = 5;
@@ -35,6 +36,7 @@ struct SinkhornConfig {
   int64_t max_len = 512;  ///< nb_max = max_len / b rows of sort_net
 };
 
+/// The `sinkhorn` variant: sparse Sinkhorn attention over learned-sorted blocks (see the file's description).
 class SinkhornAttention : public ProjectedAttention {
  public:
   SinkhornAttention(int64_t d_model, const HeadConfig& head, const SinkhornConfig& settings);

@@ -29,6 +29,7 @@ std::string to_string(const Spec& spec);
 
 enum class OptionType { Int, Double, Bool, Choice, List, IntList };
 
+/// One option a variant accepts: name, type, default, one line of documentation, choices.
 struct OptionSchema {
   std::string name;
   OptionType type;
@@ -37,6 +38,7 @@ struct OptionSchema {
   std::vector<std::string> choices;  ///< Choice: allowed values; List: allowed items
 };
 
+/// A variant's name, summary, options and cost formulas: what `attnlab variants` and docs/attention.md show.
 struct VariantSchema {
   std::string name;
   std::string summary;  ///< one line, with the paper

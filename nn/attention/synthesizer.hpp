@@ -21,6 +21,7 @@
 /// @{
 namespace attnlab::nn {
 
+/// The options of `synthesizer` beside the head options (see the file's description).
 struct SynthesizerConfig {
   HeadConfig head;                          ///< key_size is used by the vanilla part only
   std::vector<std::string> parts{"dense"};  ///< in the order written; index p of mix_logits
@@ -56,6 +57,7 @@ class SynthesizerPart : public Module {
   virtual Tensor logits_rows(const Tensor& x_new, int64_t start, const Tensor& keys) = 0;
 };
 
+/// The `synthesizer` variant: attention logits synthesized from dense, random or factorized parts, optionally mixed with vanilla attention (see the file's description).
 class Synthesizer : public Attention {
  public:
   Synthesizer(int64_t d_model, const SynthesizerConfig& config);

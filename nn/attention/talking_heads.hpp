@@ -19,6 +19,7 @@
 /// @{
 namespace attnlab::nn {
 
+/// The options of `talking_heads` beside the head options (see the file's description).
 struct TalkingHeadsConfig {
   HeadConfig head;          ///< heads = h (softmax heads); key_size, value_size default to D/h
   int64_t logit_heads = 0;  ///< hk
@@ -30,6 +31,7 @@ struct TalkingHeadsConfig {
   std::string mix_init = "identity";
 };
 
+/// The `talking_heads` variant: heads mixed before and after the softmax (see the file's description).
 class TalkingHeadsAttention : public Attention {
  public:
   /// Throws ValueError naming the options when pre=false with hk != h or post=false with h != hv,

@@ -73,6 +73,7 @@ TilePattern dense_tile_pattern(int64_t n, int64_t m, bool causal, const Tensor& 
 
 enum class TileScore { Softmax, Sigmoid, Softpick };
 
+/// The options of tile_attention: scale, dropout, tile sizes and the options of current models.
 struct TileOptions {
   double scale = 0;       ///< scores are scale * q . k; 0 means 1/sqrt(dk)
   double dropout = 0;     ///< attention dropout rate on the probabilities, in [0, 1)
@@ -91,6 +92,7 @@ struct TileOptions {
   Tensor sinks;               ///< (h) sink logits in each softmax row's denominator, differentiable; undefined = none
 };
 
+/// What tile_attention returns: the output and, when asked for, the log-sum-exps.
 struct TileAttentionResult {
   Tensor out;  ///< (B, h, N, dv)
   Tensor lse;  ///< (B, h, N) log sum_j exp(score) over the allowed keys (and the sink), -inf for an empty row; need_lse only
