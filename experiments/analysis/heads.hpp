@@ -33,6 +33,7 @@ class HeadImportance {
   int64_t batches_ = 0;
 };
 
+/// The conservation check of relevance propagation: what was explained, what reached the inputs, and what passed each layer's attention.
 struct RelevanceCheck {
   double explained = 0;          ///< sum of the explained logits y
   double input_relevance = 0;    ///< sum over input_tensors of value * gradient (conservation: = y)

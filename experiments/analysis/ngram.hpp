@@ -49,6 +49,7 @@ namespace attnlab::analysis {
 
 enum class Smoothing { kneser_ney, absolute };
 
+/// A smoothed n-gram language model over token ids: the baseline a trained LM's bits per token are compared with.
 class NGramModel {
  public:
   /// Counts every k-gram of `train` for k = 1..max_order. Token ids must lie in [0, vocab);

@@ -21,6 +21,7 @@ namespace attnlab::analysis {
 /// [layer][head] values (heads may differ per layer after pruning).
 using HeadMatrix = std::vector<std::vector<double>>;
 
+/// A trained model prepared for head analysis: its blocks, and how to run a batch through it.
 struct Probe {
   nn::Module* model = nullptr;
   /// The self-attention blocks, in forward order (layer l = blocks[l]).

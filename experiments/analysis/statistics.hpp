@@ -26,6 +26,7 @@
 /// @{
 namespace attnlab::analysis {
 
+/// What AttentionStats measures beside the always-on statistics.
 struct StatsConfig {
   int64_t keep_examples = 4;            ///< K: full maps kept for the first K examples
   std::vector<int64_t> token_class;     ///< token id -> class index; empty: no class masses
@@ -37,6 +38,7 @@ struct StatsConfig {
                                         ///< measures the retrieval role
 };
 
+/// The running statistics of one head's attention maps over the examples seen.
 struct HeadStats {
   double confidence_sum = 0;                  ///< sum over queries of max_m p[n, m]
   int64_t queries = 0;                        ///< queries with at least 2 keys to choose from
@@ -47,14 +49,16 @@ struct HeadStats {
   double retrieval_mass = 0;                  ///< sum over recall examples of p[query, answer]
 };
 
+/// The statistics of one layer: per head, and the kept maps.
 struct LayerStats {
-  std::vector<HeadStats> heads;
+  std::vector<HeadStats> heads;  ///< one per head
   std::vector<Tensor> kept;  ///< the first K examples' maps, each (h, N, N)
 };
 
+/// Everything AttentionRecorder measured over the examples.
 struct AttentionStats {
-  std::vector<LayerStats> layers;
-  int64_t examples = 0;
+  std::vector<LayerStats> layers;  ///< one per layer
+  int64_t examples = 0;  ///< examples seen
   std::vector<std::vector<int64_t>> kept_tokens;  ///< axis tokens of the kept examples
   int64_t structural_queries = 0;                 ///< tokens that have an enclosing operator
   std::map<int64_t, int64_t> structural_offsets;  ///< (enclosing operator - n) -> count, over those
@@ -67,9 +71,10 @@ struct AttentionStats {
   size_t running_bytes() const;
 };
 
+/// Streams batches through a Probe and reduces every layer's attention maps into AttentionStats, keeping the first maps whole.
 class AttentionRecorder {
  public:
-  AttentionRecorder(const Probe& probe, StatsConfig config);
+  AttentionRecorder(const Probe& probe, StatsConfig config);  ///< records through `probe` what `config` asks for
   /// One forward pass (eval mode, no gradients) over the batch; every layer's maps are reduced
   /// as the observer receives them. ValueError for a layer without probabilities, a probe
   /// without axis tokens when a token statistic is asked for, token ids outside token_class.
@@ -79,7 +84,7 @@ class AttentionRecorder {
   void add_maps(int64_t layer, const Tensor& p, const Tensor& tokens);
   /// Call once per batch after its layers' add_maps: counts examples and the data-level sums.
   void end_batch(const Tensor& tokens, int64_t batch_size);
-  const AttentionStats& stats() const { return stats_; }
+  const AttentionStats& stats() const { return stats_; }  ///< what was measured so far
 
  private:
   /// The retrieval sums of one example's maps p (h, N, N) with its tokens.
@@ -96,27 +101,29 @@ class AttentionRecorder {
 /// opening token, CLS and padding. ValueError for an unbalanced `]`.
 std::vector<int64_t> listops_enclosing_operator(const std::vector<int64_t>& tokens);
 
+/// The roles a head holds, and the measurements that decided them.
 struct HeadRole {
-  double confidence = 0;
+  double confidence = 0;  ///< mean over queries of the largest weight
   int64_t offset = 0;         ///< the most common argmax offset
   double offset_share = 0;    ///< its share of queries
-  bool positional = false;
+  bool positional = false;  ///< offset_share reaches RoleThresholds::positional
   double structural = NAN;    ///< share of structural hits (NaN: not measured)
-  bool is_structural = false;
+  bool is_structural = false;  ///< structural beats the baseline by structural_margin
   double rare_mass = NAN;     ///< mean mass on the rarest tokens (NaN: not measured)
-  bool is_rare = false;
+  bool is_rare = false;  ///< rare_mass passes its thresholds
   double retrieval = NAN;     ///< mean weight from the query on the answer (NaN: not measured)
-  bool is_retrieval = false;
+  bool is_retrieval = false;  ///< retrieval passes its thresholds
   /// "positional(-1)", "structural", "rare", "retrieval", joined by "+", or "-"
   std::string label() const;
 };
 
+/// The thresholds that give a head a role.
 struct RoleThresholds {
   double positional = 0.9;          ///< offset share
   double structural_margin = 0.10;  ///< over the fixed-offset baseline
-  double rare_mass = 0.5;
+  double rare_mass = 0.5;  ///< mean mass on the rarest tokens
   double rare_margin = 0.10;        ///< over uniform attention
-  double retrieval_mass = 0.5;
+  double retrieval_mass = 0.5;  ///< mean weight on the answer
   double retrieval_margin = 0.10;   ///< over uniform attention
 };
 

@@ -22,6 +22,7 @@
 /// @{
 namespace attnlab::catalog {
 
+/// The defaults of the model.* keys an experiment gets from add_model_keys.
 struct ModelDefaults {
   std::string attention = "mha(heads=4)";
   int64_t d_model = 64;

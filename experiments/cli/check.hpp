@@ -16,6 +16,7 @@
 /// @{
 namespace attnlab::cli {
 
+/// The options of `attnlab check SPEC`.
 struct CheckCommandOptions {
   std::string spec;
   int64_t d_model = 8;

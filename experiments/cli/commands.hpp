@@ -39,6 +39,7 @@ struct UsageError : ValueError {
 /// A command's body, run once its arguments are parsed; returns the exit status.
 using CommandBody = std::function<int(std::ostream& out, std::ostream& err)>;
 
+/// One subcommand of the tool: its name, its line of `attnlab --help`, and how it declares its options and runs.
 struct Command {
   const char* name;
   const char* summary;  ///< the line of `attnlab --help`

@@ -28,6 +28,7 @@
 /// @{
 namespace attnlab::cli {
 
+/// One traced op of `attnlab explain`, with its module and FLOPs.
 struct ExplainStep {
   TracedOp op;
   std::string module;  ///< "attention", "attention.q_proj", ...
@@ -35,6 +36,7 @@ struct ExplainStep {
   bool flops_known = true;
 };
 
+/// What `attnlab explain` prints: every step of a layer's forward, with totals.
 struct ExplainReport {
   std::string spec;  ///< the layer's pinned spec (every size resolved)
   int64_t d_model = 0, seq = 0, batch = 0;

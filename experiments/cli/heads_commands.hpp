@@ -27,6 +27,7 @@
 /// @{
 namespace attnlab::cli {
 
+/// The options of `attnlab analyze RUN_DIR`.
 struct AnalyzeOptions {
   std::filesystem::path run_dir;
   std::filesystem::path out;  ///< empty: RUN_DIR/analysis
@@ -37,6 +38,7 @@ struct AnalyzeOptions {
 /// Returns the exit status (0 written, 1 failed: message on err naming the path or layer).
 int run_analyze(const AnalyzeOptions& options, std::ostream& out, std::ostream& err);
 
+/// The options of `attnlab viz RUN_DIR [OTHER_RUN]`.
 struct VizOptions {
   std::filesystem::path run_dir;
   std::filesystem::path other;  ///< a second run shown side by side on the same examples; empty: none

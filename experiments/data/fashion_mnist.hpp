@@ -15,6 +15,7 @@ namespace attnlab::data {
 
 inline constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
 
+/// Images and their labels.
 struct ImageSet {
   Tensor images;  ///< int64 (N, 28, 28), pixel values 0..255
   Tensor labels;  ///< int64 (N), classes 0..9

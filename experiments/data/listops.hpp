@@ -48,6 +48,7 @@ inline constexpr int64_t kListOpsSum = 14;    ///< [SM
 inline constexpr int64_t kListOpsEnd = 15;    ///< ]
 inline constexpr int64_t kListOpsVocab = 16;
 
+/// The shape of generated ListOps expressions.
 struct ListOpsConfig {
   int64_t max_depth = 10;     ///< levels of the tree counting the leaves, 1..1000
   int64_t max_args = 10;      ///< arguments per operator, 2..max_args

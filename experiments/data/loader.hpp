@@ -27,6 +27,7 @@ struct TensorDataset {
   int64_t size() const;
 };
 
+/// One batch of inputs and targets.
 struct Batch {
   Tensor inputs;   ///< (B, ...) with B = batch_size, or fewer in a last partial batch
   Tensor targets;  ///< (B, ...)
@@ -40,6 +41,7 @@ struct LoaderState {
   bool operator==(const LoaderState&) const = default;
 };
 
+/// Batches of a dataset, shuffled per epoch from its own generator, with a position that checkpoints save and restore.
 class DataLoader {
  public:
   /// batch_size >= 1. With drop_last, a last batch smaller than batch_size is skipped. Without

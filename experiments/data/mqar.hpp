@@ -42,6 +42,7 @@ namespace attnlab::data {
 
 inline constexpr int64_t kIgnoreTarget = -100;
 
+/// The shape of multi-query associative recall examples (see the file's description).
 struct MqarOptions {
   int64_t length = 64;     ///< N
   int64_t num_pairs = 8;   ///< P

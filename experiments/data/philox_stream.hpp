@@ -18,6 +18,7 @@
 /// @{
 namespace attnlab::data {
 
+/// A stream of random numbers from Philox under (seed, stream id): distinct ids give independent streams.
 class PhiloxStream {
  public:
   PhiloxStream(uint64_t seed, uint64_t stream_id) : seed_(seed), counter_(stream_id << 32) {}

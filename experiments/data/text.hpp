@@ -20,6 +20,7 @@ namespace attnlab::data {
 
 inline constexpr const char* kFortunesDir = "/usr/share/games/fortunes";
 
+/// A tokenised text corpus, split into training and validation streams, with its vocabulary.
 struct TextCorpus {
   Tensor train;                ///< int64 (T_train) token ids
   Tensor val;                  ///< int64 (T_val)

@@ -21,6 +21,7 @@ namespace attnlab::plot {
 
 using Rgb = std::array<uint8_t, 3>;
 
+/// An RGB raster image, written as PNG.
 struct Image {
   int width = 0, height = 0;
   std::vector<uint8_t> rgb;  ///< row-major, 3 bytes per pixel
@@ -51,6 +52,7 @@ inline int text_width(const std::string& text, int scale = 1) { return int(text.
 Rgb viridis(double t);
 inline constexpr Rgb kMissing = {190, 190, 190};
 
+/// A matrix of values drawn as a coloured grid with a title, labels and a colour bar.
 struct Heatmap {
   std::string title;
   int rows = 0, cols = 0;

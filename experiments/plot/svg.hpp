@@ -12,12 +12,14 @@
 /// @{
 namespace attnlab::plot {
 
+/// One line of a LineChart: points, and an optional shaded band.
 struct Series {
   std::string name;
   std::vector<double> x, y;  ///< same length; points with a non-finite y (or <= 0 on a log axis) are gaps
   std::vector<double> lo = {}, hi = {};  ///< optional band around y (empty, or as long as x): drawn shaded
 };
 
+/// An SVG line chart: titled axes, optional log scales, one or more series.
 struct LineChart {
   std::string title, x_label, y_label;
   bool log_x = false, log_y = false;
@@ -40,6 +42,7 @@ struct Bubble {
   double x = 0, y = 0, size = 0;
 };
 
+/// An SVG bubble chart: one labelled bubble per configuration, area proportional to a third figure.
 struct BubbleChart {
   std::string title, x_label, y_label, size_label;
   bool log_x = false;

@@ -87,6 +87,7 @@ struct Calibration {
   int line = 0;
 };
 
+/// A study folder's claims.toml: its registered sweeps, the calibration and the claims.
 struct StudyClaims {
   std::string study;
   std::vector<RegisteredSweep> sweeps;

@@ -16,6 +16,7 @@ namespace attnlab::runner {
 /// Another process holds the directory; the message names the directory and the holder's pid.
 struct LockError : Error { using Error::Error; };
 
+/// An exclusive lock on a directory held for the object's life (flock on a file in it), so one process at a time writes a run or sweep directory.
 class DirLock {
  public:
   /// Locks `dir` (which must exist) through the file dir/`name`. If another process holds it:

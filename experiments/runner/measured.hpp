@@ -18,6 +18,7 @@
 /// @{
 namespace attnlab::runner {
 
+/// A CSV of figures measured outside a sweep: the first field names the row, the rest are numbers.
 struct MeasuredTable {
   std::string path;
   std::vector<std::string> columns;  ///< the number columns, in file order

@@ -43,6 +43,7 @@ enum class Relation { Better, Equal, Below, Above };
 Relation relation_from(const std::string& text);  ///< ValueError naming the allowed words
 const char* relation_name(Relation r);
 
+/// The verdict on an expectation, and the reason in one clause.
 struct Verdict {
   std::string word;  ///< holds | inconclusive | contradicted
   std::string why;   ///< one clause, e.g. "the interval [-0.031, -0.012] is below 0"

@@ -36,6 +36,7 @@ struct RunRecord {
   double seconds = 0;
   std::string finished_at;  ///< ISO 8601 UTC
   std::map<std::string, double> metrics;
+  /// One value of a training curve: step, metric name, value.
   struct CurvePoint {
     int64_t step;
     std::string name;
@@ -52,6 +53,7 @@ RunRecord read_run_dir(int64_t id, const std::filesystem::path& dir);
 /// "" when it records none.
 std::string run_start_time(const std::filesystem::path& dir);
 
+/// The results store of a sweep: one SQLite file with every run's status, point, config and metrics (docs/sweeps.md, "The results store").
 class Store {
  public:
   explicit Store(const std::filesystem::path& path);  ///< creates the file and tables if needed
@@ -69,6 +71,7 @@ class Store {
   /// replaces anything, a failed one never replaces a complete one.
   void merge_from(const std::filesystem::path& other);
 
+  /// One run of the store, as read back.
   struct Row {
     int64_t id;
     std::string point_json, config_json, status;
