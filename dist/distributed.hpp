@@ -44,17 +44,17 @@ struct Session {
 
 int rank();        ///< 0 ... world_size() - 1
 int world_size();  ///< 1 without MPI
-inline bool is_root() { return rank() == 0; }
+inline bool is_root() { return rank() == 0; }  ///< rank 0: the process that writes files
 
 /// What the collectives moved since the last reset: payload bytes per rank, MPI calls, seconds
 /// inside MPI (waiting for the slowest rank included).
 struct CommStats {
-  int64_t bytes = 0;
-  int64_t calls = 0;
-  double seconds = 0;
+  int64_t bytes = 0;  ///< payload bytes this rank sent
+  int64_t calls = 0;  ///< MPI calls
+  double seconds = 0;  ///< seconds inside MPI
 };
-CommStats comm_stats();
-void reset_comm_stats();
+CommStats comm_stats();  ///< the counters since the last reset
+void reset_comm_stats();  ///< zeroes the counters
 
 /// Gradient buckets: the float32 elements of consecutive tensors are packed into buffers of at
 /// most this many bytes, one MPI_Allreduce each (docs/distributed.md, "Buckets").
@@ -68,7 +68,7 @@ void all_reduce_sum(std::vector<double>& values);
 
 /// Rank 0's value, on every rank.
 int64_t broadcast(int64_t value);
-void broadcast(std::string& bytes);
+void broadcast(std::string& bytes);  ///< rank 0's bytes, on every rank
 /// Rank 0's tensors (names, dtypes, shapes and data) replace every other rank's map.
 void broadcast(TensorMap& tensors);
 

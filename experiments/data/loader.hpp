@@ -36,9 +36,9 @@ struct Batch {
 /// Where a loader stands: `position` batches of epoch `epoch` have been handed out. After the last
 /// batch of an epoch the state is {epoch + 1, 0}.
 struct LoaderState {
-  int64_t epoch = 0;
-  int64_t position = 0;
-  bool operator==(const LoaderState&) const = default;
+  int64_t epoch = 0;  ///< the current epoch
+  int64_t position = 0;  ///< the next batch's index within the epoch
+  bool operator==(const LoaderState&) const = default;  ///< same epoch and position
 };
 
 /// Batches of a dataset, shuffled per epoch from its own generator, with a position that checkpoints save and restore.
@@ -51,14 +51,14 @@ class DataLoader {
 
   /// Batches per epoch.
   int64_t size() const { return num_batches_; }
-  int64_t num_examples() const { return n_; }
-  int64_t batch_size() const { return batch_size_; }
+  int64_t num_examples() const { return n_; }  ///< examples in the dataset
+  int64_t batch_size() const { return batch_size_; }  ///< examples per batch
 
   /// The next batch, moving on to the next epoch after the last one (an endless stream for
   /// step-based training). ValueError when an epoch has no batches.
   Batch next();
 
-  LoaderState state() const { return state_; }
+  LoaderState state() const { return state_; }  ///< the position, for checkpoints
   /// Resumes at `s`; position == size() is taken as {epoch + 1, 0}. ValueError outside
   /// epoch >= 0, 0 <= position <= size().
   void set_state(const LoaderState& s);
@@ -71,10 +71,10 @@ class DataLoader {
   /// points past the batch being processed: a checkpoint saved there resumes with the next one.
   class iterator {
    public:
-    const Batch& operator*() const { return batch_; }
-    const Batch* operator->() const { return &batch_; }
-    iterator& operator++();
-    bool operator==(const iterator& o) const { return done_ == o.done_; }
+    const Batch& operator*() const { return batch_; }  ///< the current batch
+    const Batch* operator->() const { return &batch_; }  ///< the current batch
+    iterator& operator++();  ///< produces the next batch (advancing the loader's state)
+    bool operator==(const iterator& o) const { return done_ == o.done_; }  ///< both at the end or both not
 
    private:
     friend class DataLoader;
@@ -84,8 +84,8 @@ class DataLoader {
     bool done_;
     Batch batch_;
   };
-  iterator begin() { return iterator(this, false); }
-  iterator end() { return iterator(this, true); }
+  iterator begin() { return iterator(this, false); }  ///< the rest of the current epoch (see iterator)
+  iterator end() { return iterator(this, true); }  ///< the end of the epoch
 
  private:
   const std::vector<int64_t>& order();  ///< the current epoch's permutation, cached
