@@ -26,23 +26,25 @@ namespace attnlab::nn {
 struct MhaOptions {
   int64_t kv_heads = 0;                 ///< g key/value heads; 0 = heads (no grouping)
   std::vector<int64_t> kv_index;        ///< (h) each query head's kv head (prune_heads); empty = i / (h/g)
-  bool alibi = false;
+  bool alibi = false;  ///< ALiBi: a linear distance penalty per head (Press et al. 2022)
   std::vector<double> alibi_slopes;     ///< (h) pinned slopes (prune_heads); empty = alibi_slopes(h)
-  bool qk_norm = false;
+  bool qk_norm = false;  ///< RMSNorm on queries and keys per head
   double softcap = 0;                   ///< c; 0 = off
   std::string score = "softmax";        ///< softmax | sigmoid | softpick
   std::optional<double> sigmoid_bias;   ///< b; unset = -log(M)
-  double softpick_eps = 1e-6;
-  bool sinks = false;
-  bool rope = false;
-  double rope_base = 10000;
+  double softpick_eps = 1e-6;  ///< eps of score = softpick
+  bool sinks = false;  ///< a learned sink logit per head in each softmax row's denominator
+  bool rope = false;  ///< rotary position embedding on queries and keys
+  double rope_base = 10000;  ///< RoPE's angle base
 };
 
 /// The `mha` variant: scaled dot-product multi-head attention with the options of current models (see the file's description).
 class MultiHeadAttention : public Attention {
  public:
+  /// Projections of width D for h heads of sizes dk, dv; k_proj has a bias when config.bias and key_bias.
   MultiHeadAttention(int64_t d_model, const HeadConfig& config, bool key_bias, const MhaOptions& options = {});
-  static VariantSchema schema();
+  static VariantSchema schema();  ///< `mha`'s options, defaults and costs
+  /// The layer a parsed spec asks for (the registry's factory); ValueError for options that do not fit D.
   static std::shared_ptr<Attention> make(const Options& options, int64_t d_model);
 
   AttentionResult forward(const Tensor& x, const Tensor& context = {}, const Tensor& mask = {}, bool causal = false,
@@ -55,17 +57,21 @@ class MultiHeadAttention : public Attention {
   std::unique_ptr<AttentionCache> make_cache(int64_t batch, int64_t max_len) const override;
   Tensor forward_step(const Tensor& x_new, AttentionCache& cache) override;
 
-  int64_t kv_heads() const { return options.kv_heads; }
+  int64_t kv_heads() const { return options.kv_heads; }  ///< g, the key/value heads
   /// The key/value head of every query head, (h) entries.
   std::vector<int64_t> kv_map() const;
   /// The ALiBi slope of every head, (h) entries.
   std::vector<double> slopes() const;
 
-  HeadConfig config;
-  bool key_bias;
+  HeadConfig config;                       ///< h, dk, dv and the flags
+  bool key_bias;                           ///< k_proj has a bias when config.bias and key_bias
   MhaOptions options;                      ///< kv_heads resolved to g
-  std::shared_ptr<Linear> q_proj, k_proj, v_proj, out_proj;
-  std::shared_ptr<RMSNorm> q_norm, k_norm;  ///< null unless qk_norm
+  std::shared_ptr<Linear> q_proj;          ///< (h dk, D)
+  std::shared_ptr<Linear> k_proj;          ///< (g dk, D)
+  std::shared_ptr<Linear> v_proj;          ///< (g dv, D)
+  std::shared_ptr<Linear> out_proj;        ///< (D, h dv)
+  std::shared_ptr<RMSNorm> q_norm;         ///< null unless qk_norm
+  std::shared_ptr<RMSNorm> k_norm;         ///< null unless qk_norm
   std::shared_ptr<HardConcreteGate> gate;   ///< null unless gate=hard_concrete
   Tensor sinks;                             ///< (h) parameter, undefined unless sinks
   Tensor kv_index;                          ///< (h) int64 buffer, undefined unless options.kv_index is set
