@@ -50,7 +50,6 @@ docs: deps-test $(BUILD)/CMakeCache.txt
 # "The Debian package"); test-package installs it into a clean prefix and builds
 # examples/own-project against it, and with apt-get where run as root.
 package: cli
-	cmake --build $(BUILD) -j $(JOBS)
 	cd $(BUILD) && cpack -G DEB
 
 test-package: package
