@@ -25,14 +25,15 @@ using Spec = OptionString;
 /// Parses "talking_heads(heads=8, logit_heads=4)"; "mha" alone has no options. The name must
 /// be an identifier.
 Spec parse_spec(const std::string& text);
+/// The spec text parse_spec reads back.
 std::string to_string(const Spec& spec);
 
-enum class OptionType { Int, Double, Bool, Choice, List, IntList };
+enum class OptionType { Int, Double, Bool, Choice, List, IntList };  ///< the type of a variant option
 
 /// One option a variant accepts: name, type, default, one line of documentation, choices.
 struct OptionSchema {
-  std::string name;
-  OptionType type;
+  std::string name;  ///< as written in a spec
+  OptionType type;  ///< how its value parses
   std::string default_value;         ///< as written in a spec; "" = computed (see doc)
   std::string doc;                   ///< one line, e.g. "key size dk (default D/h)"
   std::vector<std::string> choices;  ///< Choice: allowed values; List: allowed items
@@ -40,29 +41,29 @@ struct OptionSchema {
 
 /// A variant's name, summary, options and cost formulas: what `attnlab variants` and docs/attention.md show.
 struct VariantSchema {
-  std::string name;
+  std::string name;     ///< the registry name: make_attention("NAME(...)")
   std::string summary;  ///< one line, with the paper
-  std::vector<OptionSchema> options;
+  std::vector<OptionSchema> options;  ///< every option the variant accepts, in spec order
   /// Time and memory as functions of N, M, D, h, dk, dv and the variant's options, one line
   /// each (docs/attention.md, "What every variant offers"), e.g. "O(B h N M dk)".
   std::string time_cost;
-  std::string memory_cost;
+  std::string memory_cost;  ///< memory, like time_cost
 };
 
 /// Typed access to a spec's option values, validated against a schema.
 class Options {
  public:
-  Options(const VariantSchema& schema, const Spec& spec);
-  const std::string& variant() const { return variant_; }
-  bool given(const std::string& name) const;
+  Options(const VariantSchema& schema, const Spec& spec);  ///< ValueError for an option the schema does not declare (listing the allowed ones)
+  const std::string& variant() const { return variant_; }  ///< the variant's name
+  bool given(const std::string& name) const;  ///< whether the spec wrote `name`
   /// Whether the schema declares `name` (mla has the head options without `bias`).
   bool accepts(const std::string& name) const;
-  int64_t get_int(const std::string& name) const;
-  double get_double(const std::string& name) const;
-  bool get_bool(const std::string& name) const;
-  std::string get_choice(const std::string& name) const;
-  std::vector<std::string> get_list(const std::string& name) const;
-  std::vector<int64_t> get_int_list(const std::string& name) const;
+  int64_t get_int(const std::string& name) const;  ///< the value or the default; ValueError (reject) when it does not parse as the type
+  double get_double(const std::string& name) const;  ///< see get_int
+  bool get_bool(const std::string& name) const;  ///< see get_int
+  std::string get_choice(const std::string& name) const;  ///< one of the schema's choices; see get_int
+  std::vector<std::string> get_list(const std::string& name) const;  ///< the '+'-joined items; see get_int
+  std::vector<int64_t> get_int_list(const std::string& name) const;  ///< the '+'-joined integers; see get_int
   /// Int options whose default is computed ("" in the schema): the value if given.
   std::optional<int64_t> get_optional_int(const std::string& name) const;
   /// Throws ValueError "<variant>: option <name> ...: <why>".
@@ -81,12 +82,13 @@ class Options {
 /// a string, or a vector of these ('+'-joined).
 class OptionValues {
  public:
+  /// Sets option `name` to `value` (see above); returns *this.
   template <class T>
   OptionValues& set(const std::string& name, const T& value) {
     values_[name] = text(value);
     return *this;
   }
-  const std::map<std::string, std::string>& values() const { return values_; }
+  const std::map<std::string, std::string>& values() const { return values_; }  ///< name -> value text
 
  private:
   template <class T>
