@@ -36,13 +36,16 @@ namespace attnlab::nn {
 /// k_rows[j]; empty = all positions in order. q_rows, when given, holds distinct positions; the
 /// queries it leaves out get nothing from this part (zero output, lse -inf).
 struct PatternPart {
-  std::vector<int64_t> q_rows, k_rows;
+  std::vector<int64_t> q_rows;  ///< raw query position of each kernel row; empty = all in order
+  std::vector<int64_t> k_rows;  ///< raw key position of each kernel row; empty = all in order
   TilePattern pattern;  ///< lo, hi, ex_lo, ex_hi in kernel coordinates, causality folded in
   int64_t tile = 64;    ///< query and key tile size for this part
   /// This part's own inputs, already in kernel rows: q (B, h, |q_rows|, dk), k (B, h, |k_rows|, dk),
   /// v (B, h, |k_rows|, dv). Undefined: rows gathered from the shared q, k, v of attend_parts.
   /// (longformer's separate_global rows use other projections.)
-  Tensor q, k, v;
+  Tensor q;
+  Tensor k;  ///< see q
+  Tensor v;  ///< see q
   /// The other parts give this part's queries no key: their rows take its output as it is, with
   /// no lse and no merge (longformer's global rows). Needs q_rows.
   bool alone = false;
@@ -78,12 +81,12 @@ class PatternAttention : public ProjectedAttention {
   /// The documented rule for query n and key m (causality and the mask aside), written plainly.
   virtual bool allows(int64_t n, int64_t m) const = 0;
 
-  using Part = PatternPart;
+  using Part = PatternPart;  ///< one part of the pattern
   /// Disjoint parts whose union is the pattern, for N queries and M keys.
   virtual std::vector<Part> parts(int64_t n, int64_t m, bool causal) const = 0;
 
  protected:
-  PatternAttention(std::string variant, int64_t d_model, const HeadConfig& config);
+  PatternAttention(std::string variant, int64_t d_model, const HeadConfig& config);  ///< the MHA projections of `variant`
   /// Packed sequences: the segment ids go to every part's tile_attention (no (N, N) mask).
   AttentionResult forward_segments(const Tensor& x, const Tensor& segment_ids, const Tensor& mask, bool causal,
                                    bool need_weights) override;
@@ -96,9 +99,9 @@ class PatternAttention : public ProjectedAttention {
 /// The `local` variant: a sliding window of keys around each query, with a rolling window for decoding.
 class LocalAttention : public PatternAttention {
  public:
-  LocalAttention(int64_t d_model, const HeadConfig& config, int64_t window, int64_t sink_tokens = 0);
-  static VariantSchema schema();
-  static std::shared_ptr<Attention> make(const Options& options, int64_t d_model);
+  LocalAttention(int64_t d_model, const HeadConfig& config, int64_t window, int64_t sink_tokens = 0);  ///< queries attend keys with |n - m| <= window, plus the first sink_tokens keys
+  static VariantSchema schema();  ///< the variant's options, defaults and costs
+  static std::shared_ptr<Attention> make(const Options& options, int64_t d_model);  ///< the layer a parsed spec asks for (the registry's factory)
   bool allows(int64_t n, int64_t m) const override;
   std::vector<Part> parts(int64_t n, int64_t m, bool causal) const override;
   std::string type_name() const override { return "LocalAttention"; }
@@ -106,7 +109,7 @@ class LocalAttention : public PatternAttention {
   /// B h min(length, s + window) (dk + dv) numbers whatever the length (max_len is not needed).
   std::unique_ptr<AttentionCache> make_cache(int64_t batch, int64_t max_len) const override;
   Tensor forward_step(const Tensor& x_new, AttentionCache& cache) override;
-  int64_t window;
+  int64_t window;  ///< w: |n - m| <= w
   int64_t sink_tokens;  ///< s: keys 0..s-1 are attended by every query (causal: by those at n >= m)
 
  protected:
@@ -116,13 +119,13 @@ class LocalAttention : public PatternAttention {
 /// The `sparse_strided` variant: |n - m| < l or (n - m) mod l == 0 (Child et al. 2019).
 class StridedSparseAttention : public PatternAttention {
  public:
-  StridedSparseAttention(int64_t d_model, const HeadConfig& config, int64_t stride);
-  static VariantSchema schema();
-  static std::shared_ptr<Attention> make(const Options& options, int64_t d_model);
+  StridedSparseAttention(int64_t d_model, const HeadConfig& config, int64_t stride);  ///< l = stride
+  static VariantSchema schema();  ///< the variant's options, defaults and costs
+  static std::shared_ptr<Attention> make(const Options& options, int64_t d_model);  ///< the layer a parsed spec asks for (the registry's factory)
   bool allows(int64_t n, int64_t m) const override;
   std::vector<Part> parts(int64_t n, int64_t m, bool causal) const override;
   std::string type_name() const override { return "StridedSparseAttention"; }
-  int64_t stride;
+  int64_t stride;  ///< l
 
  protected:
   void own_options(OptionValues& values) const override;
@@ -131,13 +134,14 @@ class StridedSparseAttention : public PatternAttention {
 /// The `sparse_fixed` variant: its own block of l, plus the last c of every block (Child et al. 2019).
 class FixedSparseAttention : public PatternAttention {
  public:
-  FixedSparseAttention(int64_t d_model, const HeadConfig& config, int64_t block, int64_t summary);
-  static VariantSchema schema();
-  static std::shared_ptr<Attention> make(const Options& options, int64_t d_model);
+  FixedSparseAttention(int64_t d_model, const HeadConfig& config, int64_t block, int64_t summary);  ///< l = block, c = summary
+  static VariantSchema schema();  ///< the variant's options, defaults and costs
+  static std::shared_ptr<Attention> make(const Options& options, int64_t d_model);  ///< the layer a parsed spec asks for (the registry's factory)
   bool allows(int64_t n, int64_t m) const override;
   std::vector<Part> parts(int64_t n, int64_t m, bool causal) const override;
   std::string type_name() const override { return "FixedSparseAttention"; }
-  int64_t block, summary;
+  int64_t block;    ///< l
+  int64_t summary;  ///< c
 
  protected:
   void own_options(OptionValues& values) const override;
@@ -146,13 +150,14 @@ class FixedSparseAttention : public PatternAttention {
 /// The `dilated` variant: a dilated sliding window.
 class DilatedAttention : public PatternAttention {
  public:
-  DilatedAttention(int64_t d_model, const HeadConfig& config, int64_t window, int64_t dilation);
-  static VariantSchema schema();
-  static std::shared_ptr<Attention> make(const Options& options, int64_t d_model);
+  DilatedAttention(int64_t d_model, const HeadConfig& config, int64_t window, int64_t dilation);  ///< w = window, d = dilation
+  static VariantSchema schema();  ///< the variant's options, defaults and costs
+  static std::shared_ptr<Attention> make(const Options& options, int64_t d_model);  ///< the layer a parsed spec asks for (the registry's factory)
   bool allows(int64_t n, int64_t m) const override;
   std::vector<Part> parts(int64_t n, int64_t m, bool causal) const override;
   std::string type_name() const override { return "DilatedAttention"; }
-  int64_t window, dilation;
+  int64_t window;    ///< w
+  int64_t dilation;  ///< d
 
  protected:
   void own_options(OptionValues& values) const override;
