@@ -28,21 +28,21 @@ namespace attnlab::runner {
 
 /// One run as read from its directory.
 struct RunRecord {
-  int64_t id = 0;
+  int64_t id = 0;           ///< the run's number in the sweep
   std::string point_json;   ///< the axis values
   std::string config_json;  ///< the resolved config (config.toml) as a flat JSON object
   std::string status;       ///< "complete" or "failed"
-  int64_t steps = 0;
-  double seconds = 0;
+  int64_t steps = 0;        ///< optimizer steps done
+  double seconds = 0;       ///< training seconds
   std::string finished_at;  ///< ISO 8601 UTC
-  std::map<std::string, double> metrics;
+  std::map<std::string, double> metrics;  ///< the final metrics of summary.json
   /// One value of a training curve: step, metric name, value.
   struct CurvePoint {
-    int64_t step;
-    std::string name;
-    double value;
+    int64_t step;      ///< the metrics line's step
+    std::string name;  ///< the metric
+    double value;      ///< its value at that step
   };
-  std::vector<CurvePoint> curves;
+  std::vector<CurvePoint> curves;  ///< every metrics.jsonl value, in file order
 };
 
 /// Reads a complete run directory (summary.json, config.toml, metrics.jsonl, and point.json when
@@ -57,7 +57,7 @@ std::string run_start_time(const std::filesystem::path& dir);
 class Store {
  public:
   explicit Store(const std::filesystem::path& path);  ///< creates the file and tables if needed
-  ~Store();
+  ~Store();  ///< closes the database
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
 
@@ -73,11 +73,13 @@ class Store {
 
   /// One run of the store, as read back.
   struct Row {
-    int64_t id;
-    std::string point_json, config_json, status;
-    int64_t steps;
-    double seconds;
-    std::map<std::string, double> metrics;
+    int64_t id;               ///< the run's number
+    std::string point_json;   ///< its axis values
+    std::string config_json;  ///< its resolved config ("" for a failed run)
+    std::string status;       ///< "complete" or "failed"
+    int64_t steps;            ///< optimizer steps done
+    double seconds;           ///< training seconds
+    std::map<std::string, double> metrics;  ///< the final metrics
   };
   std::vector<Row> runs() const;  ///< by id
   /// name -> (step, value) pairs by step, for one run.
