@@ -65,34 +65,40 @@ namespace attnlab::runner {
 
 /// One registered sweep of a study folder (claims.toml [[sweep]]).
 struct RegisteredSweep {
-  std::string copy = "sweep.toml", results = "results.csv", file, registered;
-  int line = 0;
+  std::string copy = "sweep.toml";      ///< the copy the runs used, in the folder
+  std::string results = "results.csv";  ///< its runs' metrics, in the folder
+  std::string file;                     ///< the sweep file as committed (repository path)
+  std::string registered;               ///< the commit that registered its expectations
+  int line = 0;                         ///< where the [[sweep]] starts in claims.toml
 };
 
 /// One [[claim]] of a claims.toml.
 struct ClaimSpec {
   std::string study;  ///< the folder's name under docs/results/
-  std::string text, source;
-  std::vector<std::string> primary, secondary, control;
-  bool independent_seeds = true;
-  std::string seeds_note;
-  int line = 0;
+  std::string text;                    ///< the claim, in words
+  std::string source;                  ///< the paper it comes from
+  std::vector<std::string> primary;    ///< expectations that decide the claim
+  std::vector<std::string> secondary;  ///< expectations that make it partial when they fail
+  std::vector<std::string> control;    ///< expectations without which the study cannot decide
+  bool independent_seeds = true;       ///< false: the seeds share a training (the claim is inconclusive)
+  std::string seeds_note;              ///< with independent_seeds = false: how the seeds relate
+  int line = 0;                        ///< where the [[claim]] starts in claims.toml
 };
 
 /// claims.toml [calibration].
 struct Calibration {
-  std::string file;
+  std::string file;  ///< order,bpc of n-gram models on the study's split, in the folder
   std::vector<std::pair<std::string, std::string>> baseline;  ///< key -> value as TOML text
-  int order = 5;
-  int line = 0;
+  int order = 5;     ///< the control: the baseline's val_bpc is below this order's
+  int line = 0;      ///< where [calibration] starts in claims.toml
 };
 
 /// A study folder's claims.toml: its registered sweeps, the calibration and the claims.
 struct StudyClaims {
-  std::string study;
-  std::vector<RegisteredSweep> sweeps;
-  std::optional<Calibration> calibration;
-  std::vector<ClaimSpec> claims;
+  std::string study;                       ///< the folder's name under docs/results/
+  std::vector<RegisteredSweep> sweeps;     ///< the [[sweep]] tables
+  std::optional<Calibration> calibration;  ///< [calibration], when present
+  std::vector<ClaimSpec> claims;           ///< the [[claim]] tables
 };
 
 /// Parses docs/results/STUDY/claims.toml; ValueError naming the file and line of an unknown key,
@@ -105,26 +111,29 @@ struct JudgedRef {
   std::string metric;    ///< "val_bpc" or "a - b"
   std::string relation;  ///< "`a` better `b`"
   std::string observed;  ///< "+0.017 [-0.003, +0.037]"
-  Interval interval;
-  std::string verdict;  ///< holds | contradicted | inconclusive
-  std::string why;
+  Interval interval;     ///< the estimate and its 95% interval
+  std::string verdict;   ///< holds | contradicted | inconclusive
+  std::string why;       ///< the clause that decided the verdict
   std::vector<std::string> dense;  ///< compared configurations that are dense at the study's N
 };
 
 /// The claim's verdict by the rule above, and the clause that decided it.
 struct ClaimVerdict {
   std::string word;  ///< reproduced | partially | not_reproduced | inconclusive
-  std::string why;
+  std::string why;   ///< the clause that decided it
 };
+/// The verdict of a claim from its expectations' verdicts, by the rule above.
 ClaimVerdict derive_verdict(const ClaimSpec& claim, const std::vector<JudgedRef>& primary,
                             const std::vector<JudgedRef>& secondary, const std::vector<JudgedRef>& control);
 
 /// A derived row of the table.
 struct ClaimRow {
-  ClaimSpec spec;
-  std::vector<JudgedRef> primary, secondary, control;
+  ClaimSpec spec;                   ///< the claim as registered
+  std::vector<JudgedRef> primary;   ///< its primary expectations, judged
+  std::vector<JudgedRef> secondary; ///< its secondary expectations, judged
+  std::vector<JudgedRef> control;   ///< its controls (the calibration's included), judged
   size_t seeds = 0;  ///< the pairs (or runs) behind the first primary expectation
-  ClaimVerdict verdict;
+  ClaimVerdict verdict;      ///< derive_verdict's
   std::string registration;  ///< "registered before the runs", "registered after the runs: ...", ...
   double run_minutes = 0;    ///< the sum of the study's run times (every sweep the claim names)
 };
@@ -136,6 +145,7 @@ std::vector<ClaimRow> derive_claims(const std::filesystem::path& root, bool git)
 
 /// claims.csv, the Markdown table (studies linked as link_prefix + study + "/README.md").
 std::string claims_csv(const std::vector<ClaimRow>& rows);
+/// The Markdown table of the rows (see claims_csv).
 std::string claims_markdown(const std::vector<ClaimRow>& rows, const std::string& link_prefix);
 
 /// Replaces what lies between a line that is exactly "<!-- claims:begin -->" and the next line
