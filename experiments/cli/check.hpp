@@ -18,8 +18,8 @@ namespace attnlab::cli {
 
 /// The options of `attnlab check SPEC`.
 struct CheckCommandOptions {
-  std::string spec;
-  int64_t d_model = 8;
+  std::string spec;     ///< the variant checked
+  int64_t d_model = 8;  ///< the layer's width
   std::vector<int64_t> lengths;    ///< empty: the suite picks two
   std::vector<std::string> skip;  ///< check names to skip
   bool all = false;               ///< every registered variant by its bare name instead of `spec`
@@ -29,6 +29,7 @@ struct CheckCommandOptions {
 /// With `all`, 1 when a check of some variant failed.
 int run_check(const CheckCommandOptions& options, std::ostream& out, std::ostream& err);
 
+/// Adds `check` to the tool; its callback stores the exit status in `status`.
 void add_check_command(CLI::App& app, int& status);
 
 }  // namespace attnlab::cli

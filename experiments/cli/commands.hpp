@@ -41,14 +41,18 @@ using CommandBody = std::function<int(std::ostream& out, std::ostream& err)>;
 
 /// One subcommand of the tool: its name, its line of `attnlab --help`, and how it declares its options and runs.
 struct Command {
-  const char* name;
+  const char* name;     ///< `attnlab NAME`
   const char* summary;  ///< the line of `attnlab --help`
   /// Declares the command's positionals and options on `cmd` and returns the body that reads them.
   CommandBody (*define)(CLI::App& cmd);
 };
 
-extern const Command kVariantsCommand, kInspectCommand, kGenerateCommand, kExplainCommand, kDemoCommand,
-    kNGramCommand;
+extern const Command kVariantsCommand;  ///< `attnlab variants`
+extern const Command kInspectCommand;   ///< `attnlab inspect`
+extern const Command kGenerateCommand;  ///< `attnlab generate`
+extern const Command kExplainCommand;   ///< `attnlab explain`
+extern const Command kDemoCommand;      ///< `attnlab demo`
+extern const Command kNGramCommand;     ///< `attnlab ngram`
 /// The attention commands above, in the order of `attnlab --help` (ngram is added beside run and list).
 const std::vector<const Command*>& attention_commands();
 
@@ -57,12 +61,12 @@ const std::vector<const Command*>& attention_commands();
 void add_command(CLI::App& app, const Command& command, int& status);
 /// Parses `args` (without the command's name) and runs the body: what `attnlab NAME args...` does.
 int run_command(const Command& command, const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
-int run_variants(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
-int run_inspect(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
-int run_generate(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
-int run_explain(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
-int run_demo(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
-int run_ngram(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+int run_variants(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);  ///< run_command(kVariantsCommand, ...)
+int run_inspect(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);   ///< run_command(kInspectCommand, ...)
+int run_generate(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);  ///< run_command(kGenerateCommand, ...)
+int run_explain(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);   ///< run_command(kExplainCommand, ...)
+int run_demo(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);      ///< run_command(kDemoCommand, ...)
+int run_ngram(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);     ///< run_command(kNGramCommand, ...)
 
 /// The shared exit-code block: called inside a catch handler, it prints the exception in flight
 /// for `command` (run with `args`) and returns the exit status. --help (CLI::CallForHelp) prints

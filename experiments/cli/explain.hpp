@@ -30,23 +30,26 @@ namespace attnlab::cli {
 
 /// One traced op of `attnlab explain`, with its module and FLOPs.
 struct ExplainStep {
-  TracedOp op;
-  std::string module;  ///< "attention", "attention.q_proj", ...
-  int64_t flops = 0;
-  bool flops_known = true;
+  TracedOp op;               ///< the op as traced
+  std::string module;        ///< "attention", "attention.q_proj", ...
+  int64_t flops = 0;         ///< floating-point operations of the op
+  bool flops_known = true;   ///< false: the op's FLOPs are not counted
 };
 
 /// What `attnlab explain` prints: every step of a layer's forward, with totals.
 struct ExplainReport {
   std::string spec;  ///< the layer's pinned spec (every size resolved)
-  int64_t d_model = 0, seq = 0, batch = 0;
-  std::vector<ExplainStep> steps;
+  int64_t d_model = 0;             ///< D
+  int64_t seq = 0;                 ///< N
+  int64_t batch = 0;               ///< B
+  std::vector<ExplainStep> steps;  ///< the forward's ops, in order
   int64_t flops = 0;           ///< sum over steps with known FLOPs
   int64_t unknown_steps = 0;   ///< steps whose FLOPs are not counted
   int64_t bytes_created = 0;   ///< sum of new buffers (views excluded)
   int64_t peak_bytes = 0;      ///< allocator peak above the starting point, during one untraced forward
-  int64_t parameter_bytes = 0;
-  std::string time_cost, memory_cost;  ///< the variant's declared costs (VariantSchema)
+  int64_t parameter_bytes = 0;  ///< bytes of the layer's parameters
+  std::string time_cost;        ///< the variant's declared time cost (VariantSchema)
+  std::string memory_cost;      ///< the variant's declared memory cost
 };
 
 /// FLOPs of one traced op under the convention above; `known` false for ops without a formula.

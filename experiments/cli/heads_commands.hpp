@@ -29,26 +29,29 @@ namespace attnlab::cli {
 
 /// The options of `attnlab analyze RUN_DIR`.
 struct AnalyzeOptions {
-  std::filesystem::path run_dir;
+  std::filesystem::path run_dir;  ///< the run analysed
   std::filesystem::path out;  ///< empty: RUN_DIR/analysis
   int64_t examples = 256;     ///< validation examples streamed through the analysis
   int64_t maps = 2;           ///< examples whose attention maps are drawn as PNGs
-  int64_t batch = 32;
+  int64_t batch = 32;         ///< examples per forward pass
 };
 /// Returns the exit status (0 written, 1 failed: message on err naming the path or layer).
 int run_analyze(const AnalyzeOptions& options, std::ostream& out, std::ostream& err);
 
 /// The options of `attnlab viz RUN_DIR [OTHER_RUN]`.
 struct VizOptions {
-  std::filesystem::path run_dir;
+  std::filesystem::path run_dir;  ///< the run shown
   std::filesystem::path other;  ///< a second run shown side by side on the same examples; empty: none
   std::filesystem::path out;    ///< empty: RUN_DIR/viz.html
   int64_t examples = 3;       ///< 1..8
   int64_t max_tokens = 64;    ///< 2..256: longest example shown (the page grows as examples x tokens^2)
 };
+/// `attnlab viz`: writes the page; the exit status (0 written, 1 failed: message on err).
 int run_viz(const VizOptions& options, std::ostream& out, std::ostream& err);
 
+/// Adds `analyze` to the tool; its callback stores the exit status in `status`.
 void add_analyze_command(CLI::App& app, int& status);
+/// Adds `viz` to the tool; its callback stores the exit status in `status`.
 void add_viz_command(CLI::App& app, int& status);
 
 // ---- shared by analyze and viz ----
@@ -60,11 +63,12 @@ catalog::LoadedRun load_run_checked(const std::filesystem::path& run_dir);
 /// The analysis probe of a loaded run: classifier_probe (with the task's padding id) or lm_probe.
 analysis::Probe run_probe(const catalog::LoadedRun& run);
 
-/// Validation examples of a run as batches of at most `batch`: the first `count` examples of the
-/// val split (classifiers), or `count` consecutive, non-overlapping windows of task.seq_len
-/// tokens of val_tokens with their next-token targets (language models). ValueError when the
-/// split holds fewer than `count`.
+/// The validation examples a run offers: val split examples, or windows of val_tokens.
 int64_t validation_size(const catalog::LoadedRun& run);
+/// Validation examples of a run as batches of at most `batch`, given to `fn`: the first `count`
+/// examples of the val split (classifiers), or `count` consecutive, non-overlapping windows of
+/// task.seq_len tokens of val_tokens with their next-token targets (language models). ValueError
+/// when the split holds fewer than `count`.
 void for_each_validation_batch(const catalog::LoadedRun& run, int64_t count, int64_t batch,
                                const std::function<void(const data::Batch&)>& fn);
 
