@@ -18,19 +18,20 @@
 /// @{
 namespace attnlab::data {
 
-inline constexpr const char* kFortunesDir = "/usr/share/games/fortunes";
+inline constexpr const char* kFortunesDir = "/usr/share/games/fortunes";  ///< where Debian's `fortunes` installs the corpus
 
 /// A tokenised text corpus, split into training and validation streams, with its vocabulary.
 struct TextCorpus {
   Tensor train;                ///< int64 (T_train) token ids
   Tensor val;                  ///< int64 (T_val)
-  std::vector<int64_t> train_docs, val_docs;  ///< where each fortune starts in train / val (ascending, from 0)
+  std::vector<int64_t> train_docs;  ///< where each fortune starts in train (ascending, from 0)
+  std::vector<int64_t> val_docs;    ///< where each fortune starts in val
   std::vector<int> id_of;      ///< byte -> id (256 entries)
   std::vector<unsigned char> byte_of;  ///< id -> byte (chars level: id 0 is `<unk>`)
   bool has_unk = false;                ///< char level: id 0 is `<unk>`, decoded as '?'
-  int64_t vocab_size() const { return static_cast<int64_t>(byte_of.size()); }
-  std::string decode(const Tensor& ids) const;
-  Tensor encode(const std::string& text) const;
+  int64_t vocab_size() const { return static_cast<int64_t>(byte_of.size()); }  ///< ids are in [0, vocab_size)
+  std::string decode(const Tensor& ids) const;  ///< the text of int64 ids; IndexError for an id outside the vocabulary
+  Tensor encode(const std::string& text) const;  ///< int64 ids of the bytes; a byte outside the vocabulary is id 0 (`<unk>`)
 };
 
 /// level: "char" (vocabulary = the bytes seen in training, sorted, plus `<unk>` = id 0 for bytes
@@ -47,7 +48,9 @@ std::pair<Tensor, Tensor> lm_batch(const Tensor& tokens, int64_t batch, int64_t 
 /// within its row (0, 1, ...), for the inputs. A target at the last input of a document is the
 /// first token of the next one, as in a plain window across two fortunes.
 struct PackedBatch {
-  Tensor inputs, targets, segment_ids;
+  Tensor inputs;       ///< (B, N)
+  Tensor targets;      ///< (B, N)
+  Tensor segment_ids;  ///< (B, N)
 };
 PackedBatch lm_packed_batch(const Tensor& tokens, const std::vector<int64_t>& docs, int64_t batch, int64_t seq_len,
                             Generator& gen);
