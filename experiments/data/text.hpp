@@ -41,17 +41,18 @@ TextCorpus load_fortunes(const std::string& level = "char", const std::string& d
 /// B random windows of length N + 1 from `tokens`: inputs (B, N) and next-token targets (B, N).
 std::pair<Tensor, Tensor> lm_batch(const Tensor& tokens, int64_t batch, int64_t seq_len, Generator& gen);
 
+/// One packed batch of lm_packed_batch.
+struct PackedBatch {
+  Tensor inputs;       ///< (B, N)
+  Tensor targets;      ///< (B, N)
+  Tensor segment_ids;  ///< (B, N)
+};
 /// Packed rows (docs/experiments.md, "lm", task.pack): each of the B rows is filled with whole
 /// documents drawn at random (document i is tokens[docs[i], docs[i + 1]), the last one ends at T),
 /// from a document's first token, the last document cut where the N + 1 tokens are full.
 /// inputs (B, N), next-token targets (B, N) and segment_ids (B, N) int64: the document's index
 /// within its row (0, 1, ...), for the inputs. A target at the last input of a document is the
 /// first token of the next one, as in a plain window across two fortunes.
-struct PackedBatch {
-  Tensor inputs;       ///< (B, N)
-  Tensor targets;      ///< (B, N)
-  Tensor segment_ids;  ///< (B, N)
-};
 PackedBatch lm_packed_batch(const Tensor& tokens, const std::vector<int64_t>& docs, int64_t batch, int64_t seq_len,
                             Generator& gen);
 
