@@ -21,11 +21,11 @@ namespace attnlab::analysis {
 /// the layer otherwise).
 class HeadImportance {
  public:
-  explicit HeadImportance(const Probe& probe);
-  void add(const data::Batch& batch);
-  const HeadMatrix& raw() const { return sum_; }  // sums of |dL/dxi|
+  explicit HeadImportance(const Probe& probe);  ///< importance of `probe`'s heads, nothing accumulated yet
+  void add(const data::Batch& batch);  ///< one backward pass over `batch`, adding |dL/d head_mask|
+  const HeadMatrix& raw() const { return sum_; }  ///< sums of |dL/d head_mask| over the batches
   HeadMatrix normalized() const;                    ///< each layer divided by its l2 norm
-  int64_t batches() const { return batches_; }
+  int64_t batches() const { return batches_; }  ///< batches added
 
  private:
   Probe probe_;
@@ -46,11 +46,11 @@ struct RelevanceCheck {
 /// naming the layer for a variant without probabilities or without head_mask.
 class HeadRelevance {
  public:
-  explicit HeadRelevance(const Probe& probe);
-  void add(const data::Batch& batch);
-  const HeadMatrix& raw() const { return sum_; }
+  explicit HeadRelevance(const Probe& probe);  ///< relevance of `probe`'s heads, nothing accumulated yet
+  void add(const data::Batch& batch);  ///< one LRP pass over `batch`, adding each head's relevance
+  const HeadMatrix& raw() const { return sum_; }  ///< sums of each head's relevance over the batches
   HeadMatrix normalized() const;  ///< each layer divided by the sum of |R| over its heads
-  const RelevanceCheck& check() const { return check_; }
+  const RelevanceCheck& check() const { return check_; }  ///< the conservation sums of the batches added
 
  private:
   Probe probe_;
@@ -60,7 +60,7 @@ class HeadRelevance {
 
 /// Per-layer normalisations (a layer of zeros stays zeros).
 HeadMatrix normalize_l2(const HeadMatrix& m);
-HeadMatrix normalize_l1(const HeadMatrix& m);
+HeadMatrix normalize_l1(const HeadMatrix& m);  ///< see normalize_l2
 
 }  // namespace attnlab::analysis
 /// @}
