@@ -47,7 +47,7 @@
 /// @{
 namespace attnlab::analysis {
 
-enum class Smoothing { kneser_ney, absolute };
+enum class Smoothing { kneser_ney, absolute };  ///< interpolated Kneser-Ney, or absolute discounting
 
 /// A smoothed n-gram language model over token ids: the baseline a trained LM's bits per token are compared with.
 class NGramModel {
@@ -57,11 +57,11 @@ class NGramModel {
   NGramModel(std::span<const int64_t> train, int64_t vocab, int max_order,
              Smoothing smoothing = Smoothing::kneser_ney);
   ~NGramModel();
-  NGramModel(NGramModel&&) noexcept;
-  NGramModel& operator=(NGramModel&&) noexcept;
+  NGramModel(NGramModel&&) noexcept;  ///< movable
+  NGramModel& operator=(NGramModel&&) noexcept;  ///< movable
 
-  int max_order() const;
-  int64_t vocab() const;
+  int max_order() const;  ///< the longest n-gram counted
+  int64_t vocab() const;  ///< token ids are in [0, vocab)
   /// D_k of the top level (raw counts) and of a lower level (continuation counts under
   /// Kneser-Ney, raw counts under absolute discounting), k = 1..max_order; ValueError outside it.
   /// The lower-level discount of k = max_order is never used (0.5 under Kneser-Ney).

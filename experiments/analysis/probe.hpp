@@ -23,7 +23,7 @@ using HeadMatrix = std::vector<std::vector<double>>;
 
 /// A trained model prepared for head analysis: its blocks, and how to run a batch through it.
 struct Probe {
-  nn::Module* model = nullptr;
+  nn::Module* model = nullptr;  ///< the model analysed (not owned)
   /// The self-attention blocks, in forward order (layer l = blocks[l]).
   std::vector<nn::TransformerBlock*> blocks;
   /// logits of a batch: classifier (B, C), language model (B, N, V).
@@ -57,7 +57,7 @@ Probe lm_probe(nn::CausalLM& model);
 /// undefined / empty for variants without probabilities.
 class ObserverScope {
  public:
-  ObserverScope(const Probe& probe, std::function<void(int64_t, const nn::AttentionResult&)> callback);
+  ObserverScope(const Probe& probe, std::function<void(int64_t, const nn::AttentionResult&)> callback);  ///< observes every block of `probe` with `callback`
   ~ObserverScope();
   ObserverScope(const ObserverScope&) = delete;
   ObserverScope& operator=(const ObserverScope&) = delete;
@@ -87,7 +87,7 @@ std::vector<std::pair<std::string, double>> gate_metrics(const nn::Module& model
 /// analysis runs in eval mode and differentiates only what it asks for.
 class FreezeScope {
  public:
-  explicit FreezeScope(nn::Module& model);
+  explicit FreezeScope(nn::Module& model);  ///< remembers `model`'s flags to restore them
   ~FreezeScope();
   FreezeScope(const FreezeScope&) = delete;
   FreezeScope& operator=(const FreezeScope&) = delete;
