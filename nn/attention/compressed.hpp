@@ -52,8 +52,8 @@ class StridedConv1d : public Module {
 class CompressedAttention : public ProjectedAttention {
  public:
   CompressedAttention(int64_t d_model, const HeadConfig& head, const CompressedConfig& settings);
-  static VariantSchema schema();
-  static std::shared_ptr<Attention> make(const Options& options, int64_t d_model);
+  static VariantSchema schema();  ///< the variant's options, defaults and costs
+  static std::shared_ptr<Attention> make(const Options& options, int64_t d_model);  ///< the layer a parsed spec asks for (the registry's factory)
 
   AttentionResult forward(const Tensor& x, const Tensor& context = {}, const Tensor& mask = {}, bool causal = false,
                           bool need_weights = false) override;

@@ -18,8 +18,8 @@ namespace attnlab::nn {
 class FNet : public Attention {
  public:
   explicit FNet(int64_t d_model);
-  static VariantSchema schema();
-  static std::shared_ptr<Attention> make(const Options& options, int64_t d_model);
+  static VariantSchema schema();  ///< the variant's options, defaults and costs
+  static std::shared_ptr<Attention> make(const Options& options, int64_t d_model);  ///< the layer a parsed spec asks for (the registry's factory)
 
   /// Errors for a context, a mask or causal; need_weights gives no attention (fnet has none).
   AttentionResult forward(const Tensor& x, const Tensor& context = {}, const Tensor& mask = {}, bool causal = false,

@@ -87,8 +87,8 @@ struct LongformerConfig {
 class Longformer : public ProjectedAttention {
  public:
   Longformer(int64_t d_model, const HeadConfig& heads, const LongformerConfig& config);
-  static VariantSchema schema();
-  static std::shared_ptr<Attention> make(const Options& options, int64_t d_model);
+  static VariantSchema schema();  ///< the variant's options, defaults and costs
+  static std::shared_ptr<Attention> make(const Options& options, int64_t d_model);  ///< the layer a parsed spec asks for (the registry's factory)
 
   AttentionResult forward(const Tensor& x, const Tensor& context = {}, const Tensor& mask = {}, bool causal = false,
                           bool need_weights = false) override;

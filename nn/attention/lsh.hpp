@@ -47,8 +47,8 @@ class LshAttention : public ProjectedAttention {
  public:
   /// buckets nb (even), hashes R, chunk c.
   LshAttention(int64_t d_model, const HeadConfig& config, int64_t buckets, int64_t hashes, int64_t chunk);
-  static VariantSchema schema();
-  static std::shared_ptr<Attention> make(const Options& options, int64_t d_model);
+  static VariantSchema schema();  ///< the variant's options, defaults and costs
+  static std::shared_ptr<Attention> make(const Options& options, int64_t d_model);  ///< the layer a parsed spec asks for (the registry's factory)
 
   /// Self-attention only (a context is an error); N must be a multiple of chunk.
   AttentionResult forward(const Tensor& x, const Tensor& context = {}, const Tensor& mask = {}, bool causal = false,

@@ -45,7 +45,7 @@ class MultiHeadAttention : public Attention {
   MultiHeadAttention(int64_t d_model, const HeadConfig& config, bool key_bias, const MhaOptions& options = {});
   static VariantSchema schema();  ///< `mha`'s options, defaults and costs
   /// The layer a parsed spec asks for (the registry's factory); ValueError for options that do not fit D.
-  static std::shared_ptr<Attention> make(const Options& options, int64_t d_model);
+  static std::shared_ptr<Attention> make(const Options& options, int64_t d_model);  ///< the layer a parsed spec asks for (the registry's factory)
 
   AttentionResult forward(const Tensor& x, const Tensor& context = {}, const Tensor& mask = {}, bool causal = false,
                           bool need_weights = false) override;

@@ -29,8 +29,8 @@ class TokenMlp : public Module {
 class Mixer : public Attention {
  public:
   Mixer(int64_t d_model, int64_t max_len, int64_t hidden, bool bias);
-  static VariantSchema schema();
-  static std::shared_ptr<Attention> make(const Options& options, int64_t d_model);
+  static VariantSchema schema();  ///< the variant's options, defaults and costs
+  static std::shared_ptr<Attention> make(const Options& options, int64_t d_model);  ///< the layer a parsed spec asks for (the registry's factory)
 
   /// Errors for a context, a mask, causal, or N > max_len; need_weights gives no attention.
   AttentionResult forward(const Tensor& x, const Tensor& context = {}, const Tensor& mask = {}, bool causal = false,

@@ -26,8 +26,8 @@ namespace attnlab::nn {
 class RoutingAttention : public ProjectedAttention {
  public:
   RoutingAttention(int64_t d_model, const HeadConfig& config, int64_t clusters, double decay);
-  static VariantSchema schema();
-  static std::shared_ptr<Attention> make(const Options& options, int64_t d_model);
+  static VariantSchema schema();  ///< the variant's options, defaults and costs
+  static std::shared_ptr<Attention> make(const Options& options, int64_t d_model);  ///< the layer a parsed spec asks for (the registry's factory)
 
   /// Self-attention only (a context is an error). In train mode, updates `centroids` afterwards.
   AttentionResult forward(const Tensor& x, const Tensor& context = {}, const Tensor& mask = {}, bool causal = false,

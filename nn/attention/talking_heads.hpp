@@ -37,8 +37,8 @@ class TalkingHeadsAttention : public Attention {
   /// Throws ValueError naming the options when pre=false with hk != h or post=false with h != hv,
   /// or when mix_init is neither identity nor random.
   TalkingHeadsAttention(int64_t d_model, const TalkingHeadsConfig& config);
-  static VariantSchema schema();
-  static std::shared_ptr<Attention> make(const Options& options, int64_t d_model);
+  static VariantSchema schema();  ///< the variant's options, defaults and costs
+  static std::shared_ptr<Attention> make(const Options& options, int64_t d_model);  ///< the layer a parsed spec asks for (the registry's factory)
 
   AttentionResult forward(const Tensor& x, const Tensor& context = {}, const Tensor& mask = {}, bool causal = false,
                           bool need_weights = false) override;
