@@ -31,7 +31,7 @@ struct BigBirdConfig {
 /// The `bigbird` variant: block-sparse attention with window, global and random blocks (see the file's description).
 class BigBird : public ProjectedAttention {
  public:
-  BigBird(int64_t d_model, const HeadConfig& heads, const BigBirdConfig& config);
+  BigBird(int64_t d_model, const HeadConfig& heads, const BigBirdConfig& config);  ///< a layer of width d_model with these options, as make() builds it from a spec
   static VariantSchema schema();  ///< the variant's options, defaults and costs
   static std::shared_ptr<Attention> make(const Options& options, int64_t d_model);  ///< the layer a parsed spec asks for (the registry's factory)
 

@@ -33,7 +33,7 @@ struct CollaborativeConfig {
 /// The `collaborative` variant: heads share one key/query projection and mix it per head (see the file's description).
 class CollaborativeAttention : public Attention {
  public:
-  CollaborativeAttention(int64_t d_model, const CollaborativeConfig& config);
+  CollaborativeAttention(int64_t d_model, const CollaborativeConfig& config);  ///< a layer of width d_model with these options, as make() builds it from a spec
   static VariantSchema schema();  ///< the variant's options, defaults and costs
   static std::shared_ptr<Attention> make(const Options& options, int64_t d_model);  ///< the layer a parsed spec asks for (the registry's factory)
 

@@ -51,7 +51,7 @@ class StridedConv1d : public Module {
 /// The `compressed` variant: attention over keys and values compressed along the sequence by a strided convolution (see the file's description).
 class CompressedAttention : public ProjectedAttention {
  public:
-  CompressedAttention(int64_t d_model, const HeadConfig& head, const CompressedConfig& settings);
+  CompressedAttention(int64_t d_model, const HeadConfig& head, const CompressedConfig& settings);  ///< a layer of width d_model with these options, as make() builds it from a spec
   static VariantSchema schema();  ///< the variant's options, defaults and costs
   static std::shared_ptr<Attention> make(const Options& options, int64_t d_model);  ///< the layer a parsed spec asks for (the registry's factory)
 

@@ -24,7 +24,7 @@ namespace attnlab::nn {
 /// The `diff` variant: differential attention, the difference of two softmax maps per head (see the file's description).
 class DiffAttention : public Attention {
  public:
-  DiffAttention(int64_t d_model, const HeadConfig& config, int64_t layer);
+  DiffAttention(int64_t d_model, const HeadConfig& config, int64_t layer);  ///< a layer of width d_model with these options, as make() builds it from a spec
   static VariantSchema schema();  ///< the variant's options, defaults and costs
   static std::shared_ptr<Attention> make(const Options& options, int64_t d_model);  ///< the layer a parsed spec asks for (the registry's factory)
 

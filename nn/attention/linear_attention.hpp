@@ -50,7 +50,7 @@ Tensor kernelized_step(KernelizedCache& c, const Tensor& fq, const Tensor& fk, c
 /// The `linear` variant: kernelized attention with phi(z) = elu(z) + 1, linear in N, with a recurrent state for decoding (see the file's description).
 class LinearAttention : public ProjectedAttention {
  public:
-  LinearAttention(int64_t d_model, const HeadConfig& config, double eps);
+  LinearAttention(int64_t d_model, const HeadConfig& config, double eps);  ///< a layer of width d_model with these options, as make() builds it from a spec
   static VariantSchema schema();  ///< the variant's options, defaults and costs
   static std::shared_ptr<Attention> make(const Options& options, int64_t d_model);  ///< the layer a parsed spec asks for (the registry's factory)
 

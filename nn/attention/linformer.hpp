@@ -27,7 +27,7 @@ struct LinformerConfig {
 /// The `linformer` variant: keys and values projected along the sequence to k rows (see the file's description).
 class Linformer : public ProjectedAttention {
  public:
-  Linformer(int64_t d_model, const HeadConfig& head, const LinformerConfig& settings);
+  Linformer(int64_t d_model, const HeadConfig& head, const LinformerConfig& settings);  ///< a layer of width d_model with these options, as make() builds it from a spec
   static VariantSchema schema();  ///< the variant's options, defaults and costs
   static std::shared_ptr<Attention> make(const Options& options, int64_t d_model);  ///< the layer a parsed spec asks for (the registry's factory)
 

@@ -86,7 +86,7 @@ struct LongformerConfig {
 /// The `longformer` variant: a dilated sliding window plus global positions (see the file's description).
 class Longformer : public ProjectedAttention {
  public:
-  Longformer(int64_t d_model, const HeadConfig& heads, const LongformerConfig& config);
+  Longformer(int64_t d_model, const HeadConfig& heads, const LongformerConfig& config);  ///< a layer of width d_model with these options, as make() builds it from a spec
   static VariantSchema schema();  ///< the variant's options, defaults and costs
   static std::shared_ptr<Attention> make(const Options& options, int64_t d_model);  ///< the layer a parsed spec asks for (the registry's factory)
 

@@ -46,7 +46,7 @@ Tensor unit_rows(const Tensor& v);
 class LshAttention : public ProjectedAttention {
  public:
   /// buckets nb (even), hashes R, chunk c.
-  LshAttention(int64_t d_model, const HeadConfig& config, int64_t buckets, int64_t hashes, int64_t chunk);
+  LshAttention(int64_t d_model, const HeadConfig& config, int64_t buckets, int64_t hashes, int64_t chunk);  ///< a layer of width d_model with these options, as make() builds it from a spec
   static VariantSchema schema();  ///< the variant's options, defaults and costs
   static std::shared_ptr<Attention> make(const Options& options, int64_t d_model);  ///< the layer a parsed spec asks for (the registry's factory)
 

@@ -28,7 +28,7 @@ class TokenMlp : public Module {
 /// The `mixer` variant: MLP-Mixer's token-mixing MLP in place of attention (see the file's description).
 class Mixer : public Attention {
  public:
-  Mixer(int64_t d_model, int64_t max_len, int64_t hidden, bool bias);
+  Mixer(int64_t d_model, int64_t max_len, int64_t hidden, bool bias);  ///< a layer of width d_model with these options, as make() builds it from a spec
   static VariantSchema schema();  ///< the variant's options, defaults and costs
   static std::shared_ptr<Attention> make(const Options& options, int64_t d_model);  ///< the layer a parsed spec asks for (the registry's factory)
 

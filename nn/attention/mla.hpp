@@ -52,7 +52,7 @@ struct LatentCache : AttentionCache {
 /// The `mla` variant: multi-head latent attention, keys and values from one low-rank latent per position (see the file's description).
 class LatentAttention : public Attention {
  public:
-  LatentAttention(int64_t d_model, const LatentConfig& config);
+  LatentAttention(int64_t d_model, const LatentConfig& config);  ///< a layer of width d_model with these options, as make() builds it from a spec
   static VariantSchema schema();  ///< the variant's options, defaults and costs
   static std::shared_ptr<Attention> make(const Options& options, int64_t d_model);  ///< the layer a parsed spec asks for (the registry's factory)
 

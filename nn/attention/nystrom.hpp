@@ -47,7 +47,7 @@ class DepthwiseSeqConv : public Module {
 /// The `nystrom` variant: softmax attention approximated through m landmarks (see the file's description).
 class NystromAttention : public ProjectedAttention {
  public:
-  NystromAttention(int64_t d_model, const HeadConfig& head, const NystromConfig& settings);
+  NystromAttention(int64_t d_model, const HeadConfig& head, const NystromConfig& settings);  ///< a layer of width d_model with these options, as make() builds it from a spec
   static VariantSchema schema();  ///< the variant's options, defaults and costs
   static std::shared_ptr<Attention> make(const Options& options, int64_t d_model);  ///< the layer a parsed spec asks for (the registry's factory)
 

@@ -38,7 +38,7 @@ struct PerformerConfig {
 /// The `performer` variant: FAVOR+ positive random features approximating softmax attention (see the file's description).
 class Performer : public ProjectedAttention {
  public:
-  Performer(int64_t d_model, const HeadConfig& config, const PerformerConfig& performer);
+  Performer(int64_t d_model, const HeadConfig& config, const PerformerConfig& performer);  ///< a layer of width d_model with these options, as make() builds it from a spec
   static VariantSchema schema();  ///< the variant's options, defaults and costs
   static std::shared_ptr<Attention> make(const Options& options, int64_t d_model);  ///< the layer a parsed spec asks for (the registry's factory)
 

@@ -53,7 +53,7 @@ struct RetentionCache : AttentionCache {
 class Retention : public Attention {
  public:
   /// gammas: one decay rate per head, in (0, 1).
-  Retention(int64_t d_model, const HeadConfig& config, std::vector<double> gammas, int64_t chunk);
+  Retention(int64_t d_model, const HeadConfig& config, std::vector<double> gammas, int64_t chunk);  ///< a layer of width d_model with these options, as make() builds it from a spec
   static VariantSchema schema();  ///< the variant's options, defaults and costs
   static std::shared_ptr<Attention> make(const Options& options, int64_t d_model);  ///< the layer a parsed spec asks for (the registry's factory)
   /// gamma_i = 1 - 2^(-5 - i), the paper's default.

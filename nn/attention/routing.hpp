@@ -25,7 +25,7 @@ namespace attnlab::nn {
 /// The `routing` variant: attention within clusters of queries and keys routed by k-means (see the file's description).
 class RoutingAttention : public ProjectedAttention {
  public:
-  RoutingAttention(int64_t d_model, const HeadConfig& config, int64_t clusters, double decay);
+  RoutingAttention(int64_t d_model, const HeadConfig& config, int64_t clusters, double decay);  ///< a layer of width d_model with these options, as make() builds it from a spec
   static VariantSchema schema();  ///< the variant's options, defaults and costs
   static std::shared_ptr<Attention> make(const Options& options, int64_t d_model);  ///< the layer a parsed spec asks for (the registry's factory)
 

@@ -39,7 +39,7 @@ struct SinkhornConfig {
 /// The `sinkhorn` variant: sparse Sinkhorn attention over learned-sorted blocks (see the file's description).
 class SinkhornAttention : public ProjectedAttention {
  public:
-  SinkhornAttention(int64_t d_model, const HeadConfig& head, const SinkhornConfig& settings);
+  SinkhornAttention(int64_t d_model, const HeadConfig& head, const SinkhornConfig& settings);  ///< a layer of width d_model with these options, as make() builds it from a spec
   static VariantSchema schema();  ///< the variant's options, defaults and costs
   static std::shared_ptr<Attention> make(const Options& options, int64_t d_model);  ///< the layer a parsed spec asks for (the registry's factory)
 

@@ -60,7 +60,7 @@ class SynthesizerPart : public Module {
 /// The `synthesizer` variant: attention logits synthesized from dense, random or factorized parts, optionally mixed with vanilla attention (see the file's description).
 class Synthesizer : public Attention {
  public:
-  Synthesizer(int64_t d_model, const SynthesizerConfig& config);
+  Synthesizer(int64_t d_model, const SynthesizerConfig& config);  ///< a layer of width d_model with these options, as make() builds it from a spec
   static VariantSchema schema();  ///< the variant's options, defaults and costs
   static std::shared_ptr<Attention> make(const Options& options, int64_t d_model);  ///< the layer a parsed spec asks for (the registry's factory)
 

@@ -36,7 +36,7 @@ class TalkingHeadsAttention : public Attention {
  public:
   /// Throws ValueError naming the options when pre=false with hk != h or post=false with h != hv,
   /// or when mix_init is neither identity nor random.
-  TalkingHeadsAttention(int64_t d_model, const TalkingHeadsConfig& config);
+  TalkingHeadsAttention(int64_t d_model, const TalkingHeadsConfig& config);  ///< a layer of width d_model with these options, as make() builds it from a spec
   static VariantSchema schema();  ///< the variant's options, defaults and costs
   static std::shared_ptr<Attention> make(const Options& options, int64_t d_model);  ///< the layer a parsed spec asks for (the registry's factory)
 
