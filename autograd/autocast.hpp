@@ -25,7 +25,8 @@
 /// @{
 namespace attnlab {
 
-enum class AutocastPolicy { Native, Force, Off };  ///< when an AutocastGuard(kBFloat16) engages (ATTNLAB_AUTOCAST; see above)
+/// When an AutocastGuard(kBFloat16) engages (ATTNLAB_AUTOCAST; see above).
+enum class AutocastPolicy { Native, Force, Off };
 
 /// The policy named by ATTNLAB_AUTOCAST ("native", "force", "off"; unset = native). Throws
 /// ValueError naming the variable for any other value.

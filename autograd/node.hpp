@@ -103,7 +103,8 @@ Edge gradient_edge(const Tensor& t);
 /// Attaches `node` as the producer of `result` (which then requires grad).
 void set_history(const Tensor& result, std::shared_ptr<Node> node);
 
-enum class SaveResult { No, Yes };  ///< whether record() keeps the op's output (detached) for its formula
+/// Whether record() keeps the op's output (detached) for its formula.
+enum class SaveResult { No, Yes };
 
 /// Records `result` = op(inputs) with backward formula `backward` when any input requires a
 /// gradient and grad mode is on; otherwise records nothing. Returns `result`. The inputs come as a

@@ -18,7 +18,8 @@
 /// @{
 namespace attnlab::nn::init {
 
-enum class FanMode { FanIn, FanOut };  ///< which fan kaiming_ initialisers scale by
+/// Which fan kaiming_ initialisers scale by.
+enum class FanMode { FanIn, FanOut };
 
 /// (fan_in, fan_out) of a weight of at least 2 dims; ValueError otherwise.
 std::pair<int64_t, int64_t> calculate_fan_in_and_fan_out(const Tensor& t);

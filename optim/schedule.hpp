@@ -31,7 +31,8 @@ namespace attnlab::optim {
 /// A learning-rate schedule: the multiplier of the base lr at each step (see the file's description).
 class LRSchedule {
  public:
-  enum class Kind { Constant, WarmupCosine, WarmupLinear, WarmupInverseSqrt };  ///< the schedule's family
+  /// The schedule's family.
+  enum class Kind { Constant, WarmupCosine, WarmupLinear, WarmupInverseSqrt };
 
   LRSchedule() = default;  ///< constant
   static LRSchedule constant();  ///< multiplier 1 at every step

@@ -15,7 +15,8 @@
 /// @{
 namespace attnlab {
 
-enum class DType : uint8_t { Float32, Float64, Int64, Bool, BFloat16 };  ///< the element types of a tensor
+/// The element types of a tensor.
+enum class DType : uint8_t { Float32, Float64, Int64, Bool, BFloat16 };
 
 inline constexpr DType kFloat32 = DType::Float32;  ///< 32-bit float (the default)
 inline constexpr DType kFloat64 = DType::Float64;  ///< 64-bit float (gradient checks)
@@ -54,11 +55,16 @@ constexpr bool is_floating_storage(DType t) { return is_floating(t) || t == DTyp
 
 /// The DType of the C++ type T: dtype_of<float>::value is kFloat32.
 template <class T> struct dtype_of;
-template <> struct dtype_of<float> { static constexpr DType value = DType::Float32; };
-template <> struct dtype_of<double> { static constexpr DType value = DType::Float64; };
-template <> struct dtype_of<int64_t> { static constexpr DType value = DType::Int64; };
-template <> struct dtype_of<bool> { static constexpr DType value = DType::Bool; };
-template <> struct dtype_of<bfloat16> { static constexpr DType value = DType::BFloat16; };
+/// float: kFloat32.
+template <> struct dtype_of<float> { static constexpr DType value = DType::Float32; /**< kFloat32 */ };
+/// double: kFloat64.
+template <> struct dtype_of<double> { static constexpr DType value = DType::Float64; /**< kFloat64 */ };
+/// int64_t: kInt64.
+template <> struct dtype_of<int64_t> { static constexpr DType value = DType::Int64; /**< kInt64 */ };
+/// bool: kBool.
+template <> struct dtype_of<bool> { static constexpr DType value = DType::Bool; /**< kBool */ };
+/// bfloat16: kBFloat16.
+template <> struct dtype_of<bfloat16> { static constexpr DType value = DType::BFloat16; /**< kBFloat16 */ };
 
 /// Calls f(T{}) with T the C++ type of `t`. `op` names the caller for the error message.
 template <class F>

@@ -24,27 +24,27 @@
 /// @{
 namespace attnlab {
 
-inline constexpr std::size_t kPoolMaxBytes = 1024;
-inline constexpr int kPoolMaxBlocks = 4096;
+inline constexpr std::size_t kPoolMaxBytes = 1024;  ///< the largest request the pool serves; larger ones go to operator new
+inline constexpr int kPoolMaxBlocks = 4096;  ///< free blocks a thread keeps per size class
 
-void* pool_alloc(std::size_t bytes);
-void pool_free(void* p, std::size_t bytes) noexcept;
+void* pool_alloc(std::size_t bytes);  ///< a block of at least `bytes` from this thread's lists (see above)
+void pool_free(void* p, std::size_t bytes) noexcept;  ///< returns a block of pool_alloc(bytes) to this thread's lists
 
 /// The pool as a standard allocator, for std::allocate_shared and containers.
 template <class T>
 struct PoolAllocator {
-  using value_type = T;
+  using value_type = T;  ///< the element type
   PoolAllocator() = default;
   template <class U>
-  PoolAllocator(const PoolAllocator<U>&) noexcept {}
-  T* allocate(std::size_t n) { return static_cast<T*>(pool_alloc(n * sizeof(T))); }
-  void deallocate(T* p, std::size_t n) noexcept { pool_free(p, n * sizeof(T)); }
+  PoolAllocator(const PoolAllocator<U>&) noexcept {}  ///< every PoolAllocator is interchangeable
+  T* allocate(std::size_t n) { return static_cast<T*>(pool_alloc(n * sizeof(T))); }  ///< pool_alloc of n elements
+  void deallocate(T* p, std::size_t n) noexcept { pool_free(p, n * sizeof(T)); }  ///< pool_free of n elements
   template <class U>
-  bool operator==(const PoolAllocator<U>&) const noexcept { return true; }
+  bool operator==(const PoolAllocator<U>&) const noexcept { return true; }  ///< always true: one pool
 };
 
 template <class T>
-using PoolVector = std::vector<T, PoolAllocator<T>>;
+using PoolVector = std::vector<T, PoolAllocator<T>>;  ///< a vector whose buffer comes from the pool
 
 /// std::make_shared, with the object and its control block in one pool block.
 template <class T, class... Args>

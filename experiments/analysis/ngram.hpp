@@ -47,7 +47,8 @@
 /// @{
 namespace attnlab::analysis {
 
-enum class Smoothing { kneser_ney, absolute };  ///< interpolated Kneser-Ney, or absolute discounting
+/// Interpolated Kneser-Ney, or absolute discounting.
+enum class Smoothing { kneser_ney, absolute };
 
 /// A smoothed n-gram language model over token ids: the baseline a trained LM's bits per token are compared with.
 class NGramModel {

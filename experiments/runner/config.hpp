@@ -33,7 +33,8 @@ struct ConfigError : ValueError {
   using ValueError::ValueError;
 };
 
-enum class FieldType { Int, Float, Bool, String };  ///< the type of a config key
+/// The type of a config key.
+enum class FieldType { Int, Float, Bool, String };
 using Value = std::variant<int64_t, double, bool, std::string>;  ///< a config value, of one of the four types
 
 /// "int", "float", "bool", "string"

@@ -28,7 +28,8 @@ Spec parse_spec(const std::string& text);
 /// The spec text parse_spec reads back.
 std::string to_string(const Spec& spec);
 
-enum class OptionType { Int, Double, Bool, Choice, List, IntList };  ///< the type of a variant option
+/// The type of a variant option.
+enum class OptionType { Int, Double, Bool, Choice, List, IntList };
 
 /// One option a variant accepts: name, type, default, one line of documentation, choices.
 struct OptionSchema {
