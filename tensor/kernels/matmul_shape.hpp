@@ -9,9 +9,13 @@
 /// @{
 namespace attnlab::kernels {
 
+/// The shapes of a batched matrix product a (..., n, k) @ b (..., k, m).
 struct MatmulShape {
-  int64_t n = 0, k = 0, m = 0;
-  Dims abatch, bbatch;  ///< each operand's batch dims
+  int64_t n = 0;  ///< rows of a
+  int64_t k = 0;  ///< the contracted size
+  int64_t m = 0;  ///< columns of b
+  Dims abatch;    ///< a's batch dims
+  Dims bbatch;    ///< b's batch dims
   Dims batch;           ///< broadcast batch dims
   Dims out;             ///< batch + (n, m)
 };
