@@ -40,12 +40,18 @@ class DiffAttention : public Attention {
 
   /// The re-weighting scalar lambda (a 0-d tensor, differentiable in the four lambda vectors).
   Tensor lambda() const;
-  double lambda_init() const;
+  double lambda_init() const;  ///< lambda's initial value, set by the layer's depth
 
   HeadConfig config;                                         ///< key_size = dk, the size of one half
   int64_t layer;                                             ///< 1-based depth, sets lambda_init
-  std::shared_ptr<Linear> q_proj, k_proj, v_proj, out_proj;  ///< q/k: (h*2*dk, D), head i owns rows [2i dk, (2i+2) dk)
-  Tensor lambda_q1, lambda_k1, lambda_q2, lambda_k2;         ///< (dk) each, shared by the heads
+  std::shared_ptr<Linear> q_proj;    ///< (h*2*dk, D), head i owns rows [2i dk, (2i+2) dk)
+  std::shared_ptr<Linear> k_proj;    ///< (h*2*dk, D), as q_proj
+  std::shared_ptr<Linear> v_proj;    ///< (h*dv, D)
+  std::shared_ptr<Linear> out_proj;  ///< (D, h*dv)
+  Tensor lambda_q1;                  ///< (dk), shared by the heads
+  Tensor lambda_k1;                  ///< (dk), shared by the heads
+  Tensor lambda_q2;                  ///< (dk), shared by the heads
+  Tensor lambda_k2;                  ///< (dk), shared by the heads
   std::shared_ptr<RMSNorm> subln;                            ///< weight (dv), eps 1e-5
   std::shared_ptr<HardConcreteGate> gate;                    ///< null unless gate=hard_concrete
   Tensor head_mask;                                          ///< (h) buffer, ones

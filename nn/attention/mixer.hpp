@@ -18,11 +18,13 @@
 namespace attnlab::nn {
 
 /// The two Linear layers, named w1 (L -> hm) and w2 (hm -> L).
+/// The token-mixing MLP of one Mixer: w2(gelu_tanh(w1(.))) along the sequence.
 class TokenMlp : public Module {
  public:
-  TokenMlp(int64_t max_len, int64_t hidden, bool bias);
+  TokenMlp(int64_t max_len, int64_t hidden, bool bias);  ///< over max_len positions, `hidden` wide
   std::string type_name() const override { return "TokenMlp"; }
-  std::shared_ptr<Linear> w1, w2;
+  std::shared_ptr<Linear> w1;  ///< (hidden, max_len)
+  std::shared_ptr<Linear> w2;  ///< (max_len, hidden)
 };
 
 /// The `mixer` variant: MLP-Mixer's token-mixing MLP in place of attention (see the file's description).
@@ -44,9 +46,10 @@ class Mixer : public Attention {
   }
   std::string type_name() const override { return "Mixer"; }
 
-  int64_t max_len, hidden;
-  bool bias;
-  std::shared_ptr<TokenMlp> token_mlp;
+  int64_t max_len;                      ///< the longest sequence (the MLP's width along N)
+  int64_t hidden;                       ///< the MLP's hidden width
+  bool bias;                            ///< biases in the MLP
+  std::shared_ptr<TokenMlp> token_mlp;  ///< the token-mixing MLP
 };
 
 }  // namespace attnlab::nn
