@@ -43,7 +43,7 @@ class BigBird : public ProjectedAttention {
   /// The gathered-block form of the pattern for N queries and M keys (public for tests).
   BlockPattern pattern(int64_t n, int64_t m) const;
 
-  BigBirdConfig options;
+  BigBirdConfig options;  ///< the options the layer was built from
   Tensor random_blocks;  ///< (h, max_len/b, r) int64 buffer; entries outside [0, M/b) are ignored
 
  protected:

@@ -49,7 +49,7 @@ class CollaborativeAttention : public Attention {
   std::unique_ptr<AttentionCache> make_cache(int64_t batch, int64_t max_len) const override;
   Tensor forward_step(const Tensor& x_new, AttentionCache& cache) override;
 
-  CollaborativeConfig config;
+  CollaborativeConfig config;  ///< the options the layer was built from
   Tensor mixing;                               ///< (h, Dk~)
   std::shared_ptr<Linear> q_shared, k_shared;  ///< weight (Dk~, D), no bias
   std::shared_ptr<Linear> content_bias;        ///< weight (h, D), no bias

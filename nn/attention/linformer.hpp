@@ -40,7 +40,7 @@ class Linformer : public ProjectedAttention {
   }
   std::string type_name() const override { return "Linformer"; }
 
-  LinformerConfig settings;
+  LinformerConfig settings;  ///< the options the layer was built from
   Tensor proj_k;  ///< (k, L)
   Tensor proj_v;  ///< (k, L), undefined with share=kv
 };

@@ -103,7 +103,7 @@ class Longformer : public ProjectedAttention {
   /// The global positions in range: rows (< N) and keys (< N and < M), sorted.
   std::vector<int64_t> global_rows(int64_t n) const;
 
-  LongformerConfig options;
+  LongformerConfig options;  ///< the options the layer was built from
   std::shared_ptr<Linear> q_global, k_global, v_global;  ///< null unless separate_global
 
  private:

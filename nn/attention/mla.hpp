@@ -64,7 +64,7 @@ class LatentAttention : public Attention {
   std::unique_ptr<AttentionCache> make_cache(int64_t batch, int64_t max_len) const override;
   Tensor forward_step(const Tensor& x_new, AttentionCache& cache) override;
 
-  LatentConfig config;
+  LatentConfig config;  ///< the options the layer was built from
   std::shared_ptr<Linear> q_proj;          ///< (h*(dk+dr), D); q_rank = 0 only
   std::shared_ptr<Linear> q_down, q_up;    ///< (rq, D), (h*(dk+dr), rq); q_rank > 0 only
   std::shared_ptr<RMSNorm> q_norm;         ///< (rq); q_rank > 0 only

@@ -60,7 +60,7 @@ class NystromAttention : public ProjectedAttention {
   }
   std::string type_name() const override { return "NystromAttention"; }
 
-  NystromConfig settings;
+  NystromConfig settings;  ///< the options the layer was built from
   std::shared_ptr<DepthwiseSeqConv> conv;  ///< null unless conv > 0
 };
 

@@ -60,7 +60,7 @@ class Performer : public ProjectedAttention {
   /// Graphs built before keep the old values: forward works on a snapshot.
   void redraw_projection();
 
-  PerformerConfig performer;
+  PerformerConfig performer;  ///< the options the layer was built from
   Tensor projection;        ///< (m, dk) buffer
   int64_t train_calls = 0;  ///< train-mode forward calls since the last draw
 

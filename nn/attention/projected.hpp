@@ -31,7 +31,7 @@ class ProjectedAttention : public Attention {
   std::string spec() const override;
   const std::string& variant() const { return variant_; }
 
-  HeadConfig config;
+  HeadConfig config;  ///< the options the layer was built from
   std::shared_ptr<Linear> q_proj, k_proj, v_proj, out_proj;  ///< k_proj null without has_k_proj
   std::shared_ptr<HardConcreteGate> gate;                    ///< null unless gate=hard_concrete
   Tensor head_mask;                                          ///< (h) buffer, ones

@@ -72,7 +72,7 @@ class Retention : public Attention {
   std::unique_ptr<AttentionCache> make_cache(int64_t batch, int64_t max_len) const override;
   Tensor forward_step(const Tensor& x_new, AttentionCache& cache) override;
 
-  HeadConfig config;
+  HeadConfig config;  ///< the options the layer was built from
   std::vector<double> gammas;                                        ///< (h) decay rates
   int64_t chunk;                                                     ///< block size of the chunked form
   std::shared_ptr<Linear> q_proj, k_proj, v_proj, g_proj, out_proj;  ///< g_proj: (h*dv, D)

@@ -55,7 +55,7 @@ class SinkhornAttention : public ProjectedAttention {
   /// (B|1, h|1, 1, N) whose positions masked in every head leave the block summaries.
   Tensor sort_matrix(const Tensor& x, const Tensor& keys = {});
 
-  SinkhornConfig settings;
+  SinkhornConfig settings;  ///< the options the layer was built from
   std::shared_ptr<Linear> sort_net;  ///< weight (nb_max, D), bias (nb_max)
 };
 

@@ -77,7 +77,7 @@ class Synthesizer : public Attention {
   /// softmax(mix_logits) (P): the weight of each part; a 1-element ones tensor for one part.
   Tensor mixture_weights() const;
 
-  SynthesizerConfig config;
+  SynthesizerConfig config;  ///< the options the layer was built from
   std::vector<std::shared_ptr<SynthesizerPart>> parts;  ///< as in config.parts
   Tensor mix_logits;                                    ///< (P), only with several parts
   std::shared_ptr<Linear> v_proj, out_proj;

@@ -52,7 +52,7 @@ class TalkingHeadsAttention : public Attention {
   std::unique_ptr<AttentionCache> make_cache(int64_t batch, int64_t max_len) const override;
   Tensor forward_step(const Tensor& x_new, AttentionCache& cache) override;
 
-  TalkingHeadsConfig config;
+  TalkingHeadsConfig config;  ///< the options the layer was built from
   std::shared_ptr<Linear> q_proj, k_proj, v_proj, out_proj;  ///< (hk*dk, D), (hk*dk, D), (hv*dv, D), (D, hv*dv)
   Tensor pre_mix;                                            ///< (hk, h), undefined when pre=false
   Tensor post_mix;                                           ///< (h, hv), undefined when post=false
