@@ -265,9 +265,9 @@ SweepPlan plan_sweep(const SweepSpec& spec, const std::vector<Point>& points, co
   }
   const SweepSpec old = parse_sweep(old_text, copy.string());
   auto refuse = [&](const std::string& what) {
-    fail<SweepConflictError>("{}: {}; the runs {} numbers would change (keep its runs as they are and append "
-                             "configurations or seeds, or use another --out)",
-                             spec.path, what, dir.string());
+    fail<SweepConflictError>("{}: {}; {} holds its runs as {} defines them: a sweep file may append configurations "
+                             "and seeds and change [report] and comments, nothing else (use another --out)",
+                             spec.path, what, dir.string(), copy.string());
   };
   if (old.experiment != spec.experiment)
     refuse(fmt::format("experiment '{}', but {} has '{}'", spec.experiment, copy.string(), old.experiment));
@@ -348,9 +348,8 @@ int run_sweep(const SweepOptions& options, std::ostream& out) {
   record_sweep_plan(spec, plan, dir);
   const std::vector<Point>& points = plan.points;
   if (plan.added)
-    out << fmt::format("sweep {}: {} runs added to the {} that {} numbers (runs {} ... {})\n", spec.path, plan.added,
-                       points.size() - plan.added, dir.string(), run_dir_name(int64_t(points.size() - plan.added)),
-                       run_dir_name(int64_t(points.size() - 1)));
+    out << fmt::format("sweep {}: {} runs added to the {} that {} numbers ({:04d} ... {:04d})\n", spec.path, plan.added,
+                       points.size() - plan.added, dir.string(), points.size() - plan.added, points.size() - 1);
 
   const bool sharded = options.shards > 1;
   fs::path db_path = dir / "results.sqlite";
