@@ -289,7 +289,7 @@ TEST_CASE("viz: two LM runs side by side at the default 64 tokens label both axe
   REQUIRE(n == 64);  // --max-tokens' default
   const std::string html = rendered_dom(a, o.out);
   std::smatch m;
-  REQUIRE_MESSAGE(std::regex_search(html, m, std::regex(R"(id="status"[^>]*data-labels="(\d+)")")), html.substr(0, 2000));
+  REQUIRE_MESSAGE(std::regex_search(html, m, std::regex(R"re(id="status"[^>]*data-labels="(\d+)")re")), html.substr(0, 2000));
   CHECK(std::stoul(m[1]) == 2 * 2 * n);  // queries and keys, in both runs' maps
   for (const fs::path& p : {a, b}) fs::remove_all(p);
 }
