@@ -29,10 +29,13 @@ class ProjectedAttention : public Attention {
   std::shared_ptr<Attention> prune_heads(const std::vector<int64_t>& keep) const override;
   /// format_spec of the registered schema of variant() with the head options and own_options().
   std::string spec() const override;
-  const std::string& variant() const { return variant_; }
+  const std::string& variant() const { return variant_; }  ///< the registry name
 
   HeadConfig config;  ///< the options the layer was built from
-  std::shared_ptr<Linear> q_proj, k_proj, v_proj, out_proj;  ///< k_proj null without has_k_proj
+  std::shared_ptr<Linear> q_proj;    ///< (h*dk, D)
+  std::shared_ptr<Linear> k_proj;    ///< (h*dk, D); null without has_k_proj
+  std::shared_ptr<Linear> v_proj;    ///< (h*dv, D)
+  std::shared_ptr<Linear> out_proj;  ///< (D, h*dv)
   std::shared_ptr<HardConcreteGate> gate;                    ///< null unless gate=hard_concrete
   Tensor head_mask;                                          ///< (h) buffer, ones
   Generator gen;                                             ///< attention dropout, seeded draws

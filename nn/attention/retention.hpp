@@ -75,7 +75,11 @@ class Retention : public Attention {
   HeadConfig config;  ///< the options the layer was built from
   std::vector<double> gammas;                                        ///< (h) decay rates
   int64_t chunk;                                                     ///< block size of the chunked form
-  std::shared_ptr<Linear> q_proj, k_proj, v_proj, g_proj, out_proj;  ///< g_proj: (h*dv, D)
+  std::shared_ptr<Linear> q_proj;    ///< (h*dk, D)
+  std::shared_ptr<Linear> k_proj;    ///< (h*dk, D)
+  std::shared_ptr<Linear> v_proj;    ///< (h*dv, D)
+  std::shared_ptr<Linear> g_proj;    ///< (h*dv, D)
+  std::shared_ptr<Linear> out_proj;  ///< (D, h*dv)
   std::shared_ptr<HardConcreteGate> gate;                            ///< null unless gate=hard_concrete
   Tensor head_mask;                                                  ///< (h) buffer, ones
 

@@ -53,7 +53,10 @@ class TalkingHeadsAttention : public Attention {
   Tensor forward_step(const Tensor& x_new, AttentionCache& cache) override;
 
   TalkingHeadsConfig config;  ///< the options the layer was built from
-  std::shared_ptr<Linear> q_proj, k_proj, v_proj, out_proj;  ///< (hk*dk, D), (hk*dk, D), (hv*dv, D), (D, hv*dv)
+  std::shared_ptr<Linear> q_proj;    ///< (hk*dk, D)
+  std::shared_ptr<Linear> k_proj;    ///< (hk*dk, D)
+  std::shared_ptr<Linear> v_proj;    ///< (hv*dv, D)
+  std::shared_ptr<Linear> out_proj;  ///< (D, hv*dv)
   Tensor pre_mix;                                            ///< (hk, h), undefined when pre=false
   Tensor post_mix;                                           ///< (h, hv), undefined when post=false
   std::shared_ptr<HardConcreteGate> gate;                    ///< (hv) gates; null unless gate=hard_concrete
