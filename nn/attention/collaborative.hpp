@@ -51,9 +51,11 @@ class CollaborativeAttention : public Attention {
 
   CollaborativeConfig config;  ///< the options the layer was built from
   Tensor mixing;                               ///< (h, Dk~)
-  std::shared_ptr<Linear> q_shared, k_shared;  ///< weight (Dk~, D), no bias
+  std::shared_ptr<Linear> q_shared;      ///< weight (Dk~, D), no bias
+  std::shared_ptr<Linear> k_shared;      ///< weight (Dk~, D), no bias
   std::shared_ptr<Linear> content_bias;        ///< weight (h, D), no bias
-  std::shared_ptr<Linear> v_proj, out_proj;    ///< as in mha
+  std::shared_ptr<Linear> v_proj;        ///< as in mha
+  std::shared_ptr<Linear> out_proj;      ///< as in mha
   std::shared_ptr<HardConcreteGate> gate;      ///< null unless gate=hard_concrete
   Tensor head_mask;                            ///< (h) buffer, ones
   Generator gen;                               ///< attention dropout

@@ -39,8 +39,10 @@ namespace attnlab::nn {
 /// positions in `key` are < m, distinct within a block's list, and never in `global_keys`, so
 /// no key is counted twice in a row's softmax.
 struct BlockPattern {
-  int64_t n = 0, m = 0;          ///< query and key lengths
-  int64_t blocks = 0, rows = 0;  ///< query blocks, rows per block (b)
+  int64_t n = 0;                 ///< query length
+  int64_t m = 0;                 ///< key length
+  int64_t blocks = 0;            ///< query blocks
+  int64_t rows = 0;              ///< rows per block (b)
   int64_t slots = 0;             ///< gathered keys per block (S)
   int64_t key_heads = 1;         ///< 1, or h when each head gathers other keys (bigbird's random blocks)
   int64_t max_distance = -1;     ///< element rule on gathered keys: |n - m| <= max_distance (-1: none)
@@ -57,7 +59,9 @@ struct BlockInputs {
   Tensor v;  ///< (B, h, M, dv)
   /// What the global rows use: q_rows (B, h, R, dk) scaled, for pattern.global_rows in order,
   /// against k_rows (B, h, M, dk) and v_rows (B, h, M, dv). Undefined: rows of q, and k, v.
-  Tensor q_rows, k_rows, v_rows;
+  Tensor q_rows;
+  Tensor k_rows;  ///< see q_rows
+  Tensor v_rows;  ///< see q_rows
 };
 
 /// What block_attention returns.
@@ -80,7 +84,7 @@ struct LongformerConfig {
   std::vector<int64_t> global;         ///< global=...: sorted, distinct positions
   bool global_list = false;            ///< given as global=... (else global_first)
   int64_t global_first = 1;            ///< global_first=g: positions 0 .. g-1
-  bool separate_global = false;
+  bool separate_global = false;        ///< global rows use their own projections (q_global, ...)
 };
 
 /// The `longformer` variant: a dilated sliding window plus global positions (see the file's description).
@@ -104,7 +108,9 @@ class Longformer : public ProjectedAttention {
   std::vector<int64_t> global_rows(int64_t n) const;
 
   LongformerConfig options;  ///< the options the layer was built from
-  std::shared_ptr<Linear> q_global, k_global, v_global;  ///< null unless separate_global
+  std::shared_ptr<Linear> q_global;  ///< null unless separate_global
+  std::shared_ptr<Linear> k_global;  ///< null unless separate_global
+  std::shared_ptr<Linear> v_global;  ///< null unless separate_global
 
  private:
   /// Packed sequences on the fused parts (global rows and keys included); need_weights takes the

@@ -61,7 +61,9 @@ class LshAttention : public ProjectedAttention {
   /// The same from the per-head queries q (B, h, N, dk) (normalised inside).
   Tensor hash_queries(const Tensor& q) const;
 
-  int64_t buckets, hashes, chunk;
+  int64_t buckets;  ///< hash buckets per round
+  int64_t hashes;   ///< hashing rounds
+  int64_t chunk;    ///< the sorted sequence is attended in chunks of this size
   Tensor rotations;  ///< (h, dk, R, nb/2) buffer, N(0, 1) at init
 
  protected:

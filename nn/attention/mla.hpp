@@ -66,9 +66,11 @@ class LatentAttention : public Attention {
 
   LatentConfig config;  ///< the options the layer was built from
   std::shared_ptr<Linear> q_proj;          ///< (h*(dk+dr), D); q_rank = 0 only
-  std::shared_ptr<Linear> q_down, q_up;    ///< (rq, D), (h*(dk+dr), rq); q_rank > 0 only
+  std::shared_ptr<Linear> q_down;          ///< (rq, D); q_rank > 0 only
+  std::shared_ptr<Linear> q_up;            ///< (h*(dk+dr), rq); q_rank > 0 only
   std::shared_ptr<RMSNorm> q_norm;         ///< (rq); q_rank > 0 only
-  std::shared_ptr<Linear> kv_down, kv_up;  ///< (r + dr, D), (h*(dk+dv), r)
+  std::shared_ptr<Linear> kv_down;         ///< (r + dr, D)
+  std::shared_ptr<Linear> kv_up;           ///< (h*(dk+dv), r)
   std::shared_ptr<RMSNorm> kv_norm;        ///< (r)
   std::shared_ptr<Linear> out_proj;        ///< (D, h*dv)
   std::shared_ptr<HardConcreteGate> gate;  ///< null unless gate=hard_concrete

@@ -28,7 +28,7 @@ namespace attnlab::nn {
 /// The options of `nystrom` beside the head options (see the file's description).
 struct NystromConfig {
   int64_t landmarks = 32;  ///< m
-  int64_t pinv_iters = 6;
+  int64_t pinv_iters = 6;  ///< Newton-Schulz iterations of the pseudo-inverse
   int64_t conv = 0;        ///< kernel size k of the value convolution; 0 = none
 };
 

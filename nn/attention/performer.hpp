@@ -30,9 +30,9 @@ namespace attnlab::nn {
 /// The options of `performer` beside the head options (see the file's description).
 struct PerformerConfig {
   int64_t features = 256;  ///< m
-  bool ortho = true;
+  bool ortho = true;       ///< orthogonal blocks of random features
   int64_t redraw = 0;  ///< T: redraw every T train-mode forward calls (0 = never)
-  double eps = 1e-6;
+  double eps = 1e-6;       ///< added to the denominator
 };
 
 /// The `performer` variant: FAVOR+ positive random features approximating softmax attention (see the file's description).

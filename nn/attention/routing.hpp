@@ -42,8 +42,8 @@ class RoutingAttention : public ProjectedAttention {
   /// The train-mode update from normalised queries/keys (B, h, N, dk) and their clusters.
   void update_centroids(const Tensor& q_unit, const Tensor& k_unit, const Tensor& q_cluster, const Tensor& k_cluster);
 
-  int64_t clusters;
-  double decay;
+  int64_t clusters;  ///< k-means clusters per head
+  double decay;      ///< the centroids' moving-average decay
   Tensor centroids;  ///< (h, k, dk) buffer, unit rows
 
  protected:

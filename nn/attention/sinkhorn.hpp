@@ -31,8 +31,8 @@ namespace attnlab::nn {
 /// The options of `sinkhorn` beside the head options (see the file's description).
 struct SinkhornConfig {
   int64_t block = 32;  ///< b
-  int64_t iters = 5;
-  double temperature = 0.75;
+  int64_t iters = 5;          ///< Sinkhorn normalisation iterations
+  double temperature = 0.75;  ///< the sort logits are divided by it
   int64_t max_len = 512;  ///< nb_max = max_len / b rows of sort_net
 };
 

@@ -28,7 +28,8 @@ struct SynthesizerConfig {
   int64_t max_len = 512;                    ///< L
   int64_t hidden = 0;                       ///< dh of the dense parts
   int64_t factor = 8;                       ///< k of factorized_random
-  int64_t a = 0, b = 0;                     ///< factorized_dense; a * b >= max_len
+  int64_t a = 0;                            ///< factorized_dense: a * b >= max_len
+  int64_t b = 0;                            ///< see a
   bool has(const std::string& part) const;
 };
 
@@ -80,7 +81,8 @@ class Synthesizer : public Attention {
   SynthesizerConfig config;  ///< the options the layer was built from
   std::vector<std::shared_ptr<SynthesizerPart>> parts;  ///< as in config.parts
   Tensor mix_logits;                                    ///< (P), only with several parts
-  std::shared_ptr<Linear> v_proj, out_proj;
+  std::shared_ptr<Linear> v_proj;    ///< (h*dv, D)
+  std::shared_ptr<Linear> out_proj;  ///< (D, h*dv)
   std::shared_ptr<HardConcreteGate> gate;  ///< null unless gate=hard_concrete
   Tensor head_mask;                        ///< (h) buffer, ones
   Generator gen;                           ///< attention dropout
