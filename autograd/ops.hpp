@@ -150,6 +150,7 @@ struct AddLayerNorm {
   Tensor sum;     ///< x + residual
   Tensor normed;  ///< layer_norm(sum)
 };
+/// The fused residual add and layer norm described above.
 AddLayerNorm add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias,
                             double eps = 1e-5);
 /// gelu(x + bias) with bias (D) along the last dim of x (..., D), one pass forward and one

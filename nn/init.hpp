@@ -47,7 +47,8 @@ Tensor xavier_normal_(const Tensor& t, double gain = 1, Generator& gen = default
 /// U(-sqrt(3) std, sqrt(3) std) or N(0, std^2). PyTorch's defaults: a = 0, fan_in, leaky_relu.
 Tensor kaiming_uniform_(const Tensor& t, double a = 0, FanMode mode = FanMode::FanIn,
                         const std::string& nonlinearity = "leaky_relu", Generator& gen = default_generator());
-Tensor kaiming_normal_(const Tensor& t, double a = 0, FanMode mode = FanMode::FanIn,  ///< the normal form of kaiming_uniform_
+/// The normal form of kaiming_uniform_.
+Tensor kaiming_normal_(const Tensor& t, double a = 0, FanMode mode = FanMode::FanIn,
                        const std::string& nonlinearity = "leaky_relu", Generator& gen = default_generator());
 
 /// Inverse of the standard normal CDF, accurate to double precision on (0, 1).

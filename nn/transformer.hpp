@@ -161,7 +161,7 @@ struct Seq2SeqConfig {
 /// Sequence to sequence: a transformer encoder and a decoder with cross-attention over its output.
 class EncoderDecoder : public Module {
  public:
-  explicit EncoderDecoder(const Seq2SeqConfig& config);
+  explicit EncoderDecoder(const Seq2SeqConfig& config);  ///< builds both stacks; the errors of make_attention
   /// src int64 (B, M), tgt int64 (B, N) (teacher forcing) -> logits (B, N, tgt_vocab).
   /// src_padding: optional bool (B, M), true = real token.
   Tensor forward(const Tensor& src, const Tensor& tgt, const Tensor& src_padding = {});

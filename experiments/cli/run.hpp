@@ -16,6 +16,7 @@ namespace attnlab::cli {
 
 /// `command_line` is recorded in the run's meta.json.
 void add_run_command(CLI::App& app, int& status, const std::string& command_line);
+/// Adds `list` to the tool; its callback stores the exit status in `status`.
 void add_list_command(CLI::App& app, int& status);
 
 /// The listing of `attnlab list`: experiments with presets, then tasks; with a name, that

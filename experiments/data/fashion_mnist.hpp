@@ -13,7 +13,7 @@
 /// @{
 namespace attnlab::data {
 
-inline constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
+inline constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";  ///< where Debian's dataset-fashion-mnist installs it
 
 /// Images and their labels.
 struct ImageSet {

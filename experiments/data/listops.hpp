@@ -46,7 +46,7 @@ inline constexpr int64_t kListOpsMax = 12;    ///< [MAX
 inline constexpr int64_t kListOpsMed = 13;    ///< [MED
 inline constexpr int64_t kListOpsSum = 14;    ///< [SM
 inline constexpr int64_t kListOpsEnd = 15;    ///< ]
-inline constexpr int64_t kListOpsVocab = 16;
+inline constexpr int64_t kListOpsVocab = 16;  ///< token ids are in [0, 16)
 
 /// The shape of generated ListOps expressions.
 struct ListOpsConfig {
@@ -75,7 +75,7 @@ int64_t listops_depth(const std::vector<int64_t>& tokens);
 
 /// Space-separated text, e.g. "[MAX 2 9 [MIN 4 7 ] 0 ]"; trailing padding is dropped.
 std::string listops_to_string(const std::vector<int64_t>& tokens);
-std::string listops_to_string(const Tensor& tokens);
+std::string listops_to_string(const Tensor& tokens);  ///< the same for an int64 (L) tensor
 /// The inverse: whitespace-separated tokens. "(" and ")" are skipped so LRA's TSV form
 /// "( ( ( [MAX 2 ) 9 ) ] )" parses too. An unknown token is a ValueError naming it.
 std::vector<int64_t> parse_listops(const std::string& text);

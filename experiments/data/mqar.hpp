@@ -40,7 +40,7 @@
 /// @{
 namespace attnlab::data {
 
-inline constexpr int64_t kIgnoreTarget = -100;
+inline constexpr int64_t kIgnoreTarget = -100;  ///< a target the loss skips (cross_entropy's ignore_index)
 
 /// The shape of multi-query associative recall examples (see the file's description).
 struct MqarOptions {
@@ -51,10 +51,11 @@ struct MqarOptions {
   int64_t num_values = 16; ///< V
   int64_t pair_tokens = 2;  ///< 2: k v; 1: one token per pair
 };
+/// The vocabulary size of MQAR examples with these options.
 inline int64_t mqar_vocab(const MqarOptions& o) {
   return 1 + o.num_keys + o.num_values + (o.pair_tokens == 1 ? o.num_keys * o.num_values : 0);
 }
-inline constexpr int64_t kMqarFiller = 0;
+inline constexpr int64_t kMqarFiller = 0;  ///< the filler token id
 
 /// ValueError naming the option unless n >= 0, 1 <= num_pairs <= num_keys, 1 <= num_queries <=
 /// num_pairs, num_values >= 1, pair_tokens 1 or 2 and pair_tokens num_pairs + num_queries <= length.

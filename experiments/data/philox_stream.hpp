@@ -21,8 +21,9 @@ namespace attnlab::data {
 /// A stream of random numbers from Philox under (seed, stream id): distinct ids give independent streams.
 class PhiloxStream {
  public:
-  PhiloxStream(uint64_t seed, uint64_t stream_id) : seed_(seed), counter_(stream_id << 32) {}
+  PhiloxStream(uint64_t seed, uint64_t stream_id) : seed_(seed), counter_(stream_id << 32) {}  ///< stream `stream_id` of `seed`
 
+  /// The next 32 random bits.
   uint32_t next_u32() {
     if (left_ == 0) {
       block_ = Generator::philox(seed_, counter_++);
@@ -30,6 +31,7 @@ class PhiloxStream {
     }
     return block_[--left_];
   }
+  /// The next 64 random bits (two next_u32).
   uint64_t next_u64() {
     const uint64_t hi = next_u32();
     return hi << 32 | next_u32();

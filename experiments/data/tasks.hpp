@@ -30,13 +30,13 @@ namespace attnlab::data {
 
 /// length >= 1, vocab >= 1, n >= 0; otherwise ValueError.
 TensorDataset make_copy_task(int64_t n, int64_t length, int64_t vocab, uint64_t seed);
-TensorDataset make_reverse_task(int64_t n, int64_t length, int64_t vocab, uint64_t seed);
-TensorDataset make_sort_task(int64_t n, int64_t length, int64_t vocab, uint64_t seed);
+TensorDataset make_reverse_task(int64_t n, int64_t length, int64_t vocab, uint64_t seed);  ///< targets: the input reversed
+TensorDataset make_sort_task(int64_t n, int64_t length, int64_t vocab, uint64_t seed);  ///< targets: the input sorted
 
 /// 1 <= num_pairs <= num_keys, num_values >= 1; otherwise ValueError.
 TensorDataset make_associative_recall(int64_t n, int64_t num_pairs, int64_t num_keys, int64_t num_values,
                                       uint64_t seed);
-inline int64_t associative_recall_vocab(int64_t num_keys, int64_t num_values) { return num_keys + num_values; }
+inline int64_t associative_recall_vocab(int64_t num_keys, int64_t num_values) { return num_keys + num_values; }  ///< keys and values
 
 }  // namespace attnlab::data
 /// @}

@@ -26,7 +26,7 @@ class DirLock {
   DirLock(const DirLock&) = delete;
   DirLock& operator=(const DirLock&) = delete;
 
-  static constexpr const char* kFileName = ".lock";
+  static constexpr const char* kFileName = ".lock";  ///< the default lock file
 
  private:
   int fd_ = -1;

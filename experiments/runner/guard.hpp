@@ -24,6 +24,7 @@ struct UsageError : ValueError {
   using ValueError::ValueError;
 };
 
+/// The exit statuses guarded() returns for an exception: 1 a failure, 2 a usage error.
 enum GuardStatus : int { kGuardFailed = 1, kGuardUsage = 2 };
 
 /// body() -> int, the exit status. A UsageError is exit status 2 (with a hint to try --help);

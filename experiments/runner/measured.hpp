@@ -20,7 +20,7 @@ namespace attnlab::runner {
 
 /// A CSV of figures measured outside a sweep: the first field names the row, the rest are numbers.
 struct MeasuredTable {
-  std::string path;
+  std::string path;  ///< the CSV file, for messages
   std::vector<std::string> columns;  ///< the number columns, in file order
   std::vector<std::pair<std::string, std::vector<double>>> rows;  ///< first field, numbers (NaN: empty)
 };

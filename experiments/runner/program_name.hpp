@@ -10,7 +10,7 @@
 /// @{
 namespace attnlab::runner {
 
-const std::string& program_name();
+const std::string& program_name();  ///< "attnlab", or the name set_program_name gave
 /// Keeps the part of `argv0` after its last '/' ("attnlab" for an empty one).
 void set_program_name(const std::string& argv0);
 

@@ -62,7 +62,7 @@ struct TrainDefaults {
   double min_lr_ratio = 0.1;  ///< train.min_lr_ratio: the cosine schedule's final lr / peak lr
   double clip = 1.0;          ///< max gradient norm; 0 = no clipping
   int64_t eval_every = 100;   ///< 0 = only at the end
-  int64_t log_every = 10;
+  int64_t log_every = 10;    ///< train.log_every: steps between metrics lines
   int64_t checkpoint_every = 0;  ///< 0 = only on stop and at the end
   std::string init_from = "";    ///< a run directory or checkpoint file; "" = random initialisation
   std::string groups = "";       ///< parameter groups by name pattern (parse_groups); "" = none

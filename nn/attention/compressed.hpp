@@ -39,11 +39,11 @@ struct CompressedConfig {
 /// y[b, j] = bias + W' x[b, j*s : (j+1)*s] flattened, with W'[o, t*in + c] = weight[o, c, t].
 class StridedConv1d : public Module {
  public:
-  StridedConv1d(int64_t in_channels, int64_t out_channels, int64_t stride, bool bias);
+  StridedConv1d(int64_t in_channels, int64_t out_channels, int64_t stride, bool bias);  ///< kernel = stride = s
   /// t (B, L, in) -> (B, L/s, out); L must be a multiple of s (checked by the caller).
   Tensor forward(const Tensor& t);
   std::string type_name() const override { return "StridedConv1d"; }
-  int64_t stride;
+  int64_t stride;  ///< s
   Tensor weight;  ///< (out, in, s)
   Tensor bias;    ///< (out), undefined when bias = false
 };

@@ -46,7 +46,7 @@ struct CPFactors {
   Tensor a;  ///< (I, R) float64
   Tensor m;  ///< (J, R) float64
   Tensor b;  ///< (K, R) float64
-  CPReport report;
+  CPReport report;  ///< how the fit ended
 };
 
 /// Rank-`rank` CP decomposition of `t` (I, J, K), any floating dtype. On return each column of

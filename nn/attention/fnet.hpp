@@ -17,7 +17,7 @@ namespace attnlab::nn {
 /// The `fnet` variant: attention-free token mixing by Fourier transforms (see the file's description).
 class FNet : public Attention {
  public:
-  explicit FNet(int64_t d_model);
+  explicit FNet(int64_t d_model);  ///< a parameter-free layer of width d_model
   static VariantSchema schema();  ///< the variant's options, defaults and costs
   static std::shared_ptr<Attention> make(const Options& options, int64_t d_model);  ///< the layer a parsed spec asks for (the registry's factory)
 

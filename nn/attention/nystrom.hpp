@@ -37,7 +37,7 @@ struct NystromConfig {
 /// left and k/2 on the right so that the output keeps length N.
 class DepthwiseSeqConv : public Module {
  public:
-  DepthwiseSeqConv(int64_t heads, int64_t kernel);
+  DepthwiseSeqConv(int64_t heads, int64_t kernel);  ///< one length-k filter per head
   /// v (B, h, N, dv) -> (B, h, N, dv)
   Tensor forward(const Tensor& v);
   std::string type_name() const override { return "DepthwiseSeqConv"; }

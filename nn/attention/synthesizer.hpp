@@ -30,7 +30,7 @@ struct SynthesizerConfig {
   int64_t factor = 8;                       ///< k of factorized_random
   int64_t a = 0;                            ///< factorized_dense: a * b >= max_len
   int64_t b = 0;                            ///< see a
-  bool has(const std::string& part) const;
+  bool has(const std::string& part) const;  ///< whether `parts` includes `part`
 };
 
 /// h independent Linear(in, out) layers stacked: weight (h, out, in), bias (h, out). Applied to
@@ -38,7 +38,7 @@ struct SynthesizerConfig {
 /// synthesizer's w2 has max_len outputs of which a length-N input uses N).
 class HeadwiseLinear : public Module {
  public:
-  HeadwiseLinear(int64_t heads, int64_t out_features, int64_t in_features, bool bias);
+  HeadwiseLinear(int64_t heads, int64_t out_features, int64_t in_features, bool bias);  ///< one (out, in) weight per head
   /// t (B, h, N, in) -> (B, h, N, rows)
   Tensor forward(const Tensor& t, int64_t rows);
   std::string type_name() const override { return "HeadwiseLinear"; }

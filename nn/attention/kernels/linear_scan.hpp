@@ -26,7 +26,7 @@
 /// @{
 namespace attnlab::nn::scan {
 
-inline constexpr int64_t kScanChunk = 64;
+inline constexpr int64_t kScanChunk = 64;  ///< positions per chunk (see above)
 
 /// a, b (R, N, F), c (R, N, E) -> (R, N, E), all of one floating dtype; no autograd.
 /// reverse = false sums m <= n, reverse = true sums m >= n.

@@ -71,6 +71,7 @@ struct TilePattern {
 /// segment_ids (B, n), when given, become both q_segments and k_segments (self-attention).
 TilePattern dense_tile_pattern(int64_t n, int64_t m, bool causal, const Tensor& mask, const Tensor& segment_ids = {});
 
+/// The score function the kernel applies to each row of scores.
 enum class TileScore { Softmax, Sigmoid, Softpick };
 
 /// The options of tile_attention: scale, dropout, tile sizes and the options of current models.
