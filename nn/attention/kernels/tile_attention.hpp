@@ -54,8 +54,10 @@ namespace attnlab::nn {
 
 /// Which keys each query row may attend, in the kernel's coordinates (row i of q, row j of k).
 struct TilePattern {
-  std::vector<int64_t> lo, hi;        ///< (N): row i may attend keys [lo[i], hi[i]) ...
-  std::vector<int64_t> ex_lo, ex_hi;  ///< (N) or both empty: ... except [ex_lo[i], ex_hi[i])
+  std::vector<int64_t> lo;     ///< (N): row i may attend keys [lo[i], hi[i]) ...
+  std::vector<int64_t> hi;     ///< (N): see lo
+  std::vector<int64_t> ex_lo;  ///< (N) or empty with ex_hi: ... except [ex_lo[i], ex_hi[i])
+  std::vector<int64_t> ex_hi;  ///< (N) or empty: see ex_lo
   std::vector<int64_t> q_pos;         ///< (N) or empty (= i): the raw position n of row i
   std::vector<int64_t> k_pos;         ///< (M) or empty (= j): the raw position m of key row j
   Tensor mask;  ///< bool, broadcastable to (B, h, n_raw, m_raw), true = may attend; read at (q_pos, k_pos)
@@ -63,7 +65,8 @@ struct TilePattern {
   /// ids, both defined or both undefined; entry (i, j) of batch row b is allowed only when
   /// q_segments[b, q_pos[i]] == k_segments[b, k_pos[j]]. A (query tile, key tile) pair whose id
   /// ranges do not meet in batch row b is skipped, so no (N, M) mask is ever built.
-  Tensor q_segments, k_segments;
+  Tensor q_segments;
+  Tensor k_segments;  ///< see q_segments
 };
 
 /// Every key for every query (keys m <= n when causal), with the user's mask: the pattern of
@@ -87,7 +90,7 @@ struct TileOptions {
   /// The options of current models (docs/attention.md, "Options of current models").
   std::vector<double> alibi;  ///< (h) ALiBi slopes: score -= slope_h |q_pos - k_pos|; empty = off
   double softcap = 0;         ///< c > 0: score = c tanh(score / c) after ALiBi; 0 = off
-  TileScore score = TileScore::Softmax;
+  TileScore score = TileScore::Softmax;  ///< the score function
   double sigmoid_bias = 0;    ///< b of TileScore::Sigmoid: P = sigmoid(score + b)
   double softpick_eps = 1e-6; ///< eps of TileScore::Softpick
   Tensor sinks;               ///< (h) sink logits in each softmax row's denominator, differentiable; undefined = none
@@ -128,12 +131,16 @@ inline uint64_t tile_mix64(uint64_t x) {
   x *= 0x94d049bb133111ebULL;
   return x ^ (x >> 31);
 }
+/// The dropout key of row (b, h, n), shared by its keys m.
 inline uint64_t tile_dropout_row_key(uint64_t seed, int64_t b, int64_t h, int64_t n) {
   return tile_mix64(tile_mix64(tile_mix64(seed + uint64_t(b)) + uint64_t(h)) + uint64_t(n));
 }
+/// Whether key m of a row with key `row_key` is kept at dropout `rate`.
 inline bool tile_dropout_keep_key(uint64_t row_key, int64_t m, double rate) {
   return double(tile_mix64(row_key + uint64_t(m)) >> 11) * 0x1.0p-53 >= rate;
 }
+/// Whether element (b, h, n, m) is kept at dropout `rate` under `seed`: a pure function, so a
+/// backward or another tile redraws the same mask.
 inline bool tile_dropout_keep(uint64_t seed, int64_t b, int64_t h, int64_t n, int64_t m, double rate) {
   return tile_dropout_keep_key(tile_dropout_row_key(seed, b, h, n), m, rate);
 }
