@@ -129,9 +129,9 @@ struct RoleThresholds {
 
 /// [layer][head]
 std::vector<std::vector<HeadRole>> head_roles(const AttentionStats& stats, const RoleThresholds& t = {});
-HeadMatrix confidence(const AttentionStats& stats);
+HeadMatrix confidence(const AttentionStats& stats);  ///< each head's mean confidence (NaN: no queries)
 double structural_baseline(const AttentionStats& stats);  ///< best fixed-offset share (NaN: no data)
-double rare_uniform_baseline(const AttentionStats& stats);
+double rare_uniform_baseline(const AttentionStats& stats);  ///< the rare mass uniform attention would give (NaN: no data)
 double retrieval_uniform_baseline(const AttentionStats& stats);  ///< NaN: no recall examples
 
 /// Associative recall: the position of the answer to the query at `query` (the position after the

@@ -16,6 +16,11 @@
 /// @{
 namespace attnlab::nn {
 
+/// What kernelized_attention returns.
+struct KernelizedResult {
+  Tensor output;     ///< (B, h, N, dv)
+  Tensor attention;  ///< (B, h, N, M) when requested
+};
 /// The kernelized attention of linear and performer on features that are already computed.
 ///   fq (B, h, N, F), fk (B, h, M, F): nonnegative features phi(q), phi(k)
 ///   v (B, h, M, dv)
@@ -26,10 +31,6 @@ namespace attnlab::nn {
 /// keys get zero feature rows. A mask that varies along N cannot be summarised per key, so it
 /// falls back to the masked quadratic form, O(N M) time and memory. A query with no allowed key
 /// gets a zero output and a zero attention row, also with eps = 0.
-struct KernelizedResult {
-  Tensor output;     ///< (B, h, N, dv)
-  Tensor attention;  ///< (B, h, N, M) when requested
-};
 KernelizedResult kernelized_attention(const Tensor& fq, const Tensor& fk, const Tensor& v, const Tensor& eps,
                                       const Tensor& mask, bool causal, bool need_weights, const char* variant);
 
@@ -37,7 +38,7 @@ KernelizedResult kernelized_attention(const Tensor& fq, const Tensor& fk, const 
 /// per (b, h), S = sum_m phi(k_m) v_m^T and z = sum_m phi(k_m) kept together as the (F, dv + 1)
 /// matrix sum_m phi(k_m) [v_m, 1]^T, so that one product gives numerator and denominator.
 struct KernelizedCache : AttentionCache {
-  int64_t batch = 0;
+  int64_t batch = 0;  ///< B
   Tensor state;  ///< (B, h, F, dv + 1), zeros at first
   Tensor shift;  ///< performer: (B, h, 1, 1), the largest key exponent so far (-inf at first)
   int64_t numel() const override { return state.numel() + (shift.defined() ? shift.numel() : 0); }
@@ -65,7 +66,7 @@ class LinearAttention : public ProjectedAttention {
   /// phi(z) = elu(z) + 1, elementwise.
   static Tensor feature_map(const Tensor& z);
 
-  double eps;
+  double eps;  ///< the denominator's eps
 };
 
 }  // namespace attnlab::nn
