@@ -28,7 +28,8 @@ namespace cluster {
 /// mask must outlive this reader.
 class MaskElements {
  public:
-  MaskElements(const Tensor& mask, int64_t B, int64_t h, int64_t N, const char* variant);
+  MaskElements(const Tensor& mask, int64_t B, int64_t h, int64_t N, const char* variant);  ///< checks `mask` against (B, h, N, N), naming `variant`
+  /// Whether query n of head i in batch row b may attend key m.
   bool operator()(int64_t b, int64_t i, int64_t n, int64_t m) const {
     return !data_ || data_[b * sb_ + i * sh_ + n * sn_ + m * sm_];
   }

@@ -15,9 +15,10 @@
 /// @{
 namespace attnlab::kernels {
 
+/// The shape and byte strides of K operands, walked by one loop (see the file's description).
 template <int K>
 struct StridedLoop {
-  Dims shape;
+  Dims shape;  ///< the shared shape
   std::array<Dims, K> strides;  ///< in bytes
 
   /// Drops size-1 dims and merges dims i, i+1 when every operand steps through them as one.

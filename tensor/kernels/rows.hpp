@@ -94,6 +94,7 @@ inline int32_t float_key(float f) {
   std::memcpy(&b, &f, sizeof b);
   return b ^ ((b >> 31) & 0x7FFFFFFF);  // sign-magnitude -> two's-complement order
 }
+/// The float of a float_key.
 inline float float_from_key(int32_t k) {
   k ^= (k >> 31) & 0x7FFFFFFF;  // the same map is its own inverse
   float f;
@@ -122,6 +123,7 @@ inline float max_row(const float* p, int64_t L) {
   for (; j < L; ++j) m = std::max(m, key(p[j]));
   return m == kNone ? -std::numeric_limits<float>::infinity() : float_from_key(m);
 }
+/// The largest of p[0 .. L) (double rows: plain loop).
 inline double max_row(const double* p, int64_t L) {
   double m = -std::numeric_limits<double>::infinity();
   for (int64_t j = 0; j < L; ++j) m = p[j] > m ? p[j] : m;
@@ -181,7 +183,7 @@ inline float exp_fast(float x) {
   y = select_branchless(!(x <= 88.7228f), x * INFINITY, y);
   return select_branchless(x < -87.3365f, 0.0f, y);
 }
-inline double exp_fast(double x) { return std::exp(x); }
+inline double exp_fast(double x) { return std::exp(x); }  ///< std::exp: double rows keep full precision
 
 /// The standard normal CDF Phi(x) = (1 + erf(x / sqrt 2)) / 2 for float, branch-free so loops over
 /// it vectorise (std::erf neither vectorises nor predicts well: it branches on the range), with
@@ -202,6 +204,7 @@ struct NormalCdf {
   float cdf;    ///< Phi(x)
   float gauss;  ///< exp(-x^2 / 2)
 };
+/// Phi(x) and exp(-x^2 / 2) of a float (see NormalCdf).
 inline NormalCdf normal_cdf_fast(float x) {
   const float u = 1.0f / (1.0f + 0.22804193693f * std::abs(x));  // 0.3225 / sqrt 2
   float p = -8.483459800e-02f;  // the fitted coefficients, halved
