@@ -89,9 +89,10 @@ void cache_sizes() {
   }
   say("Per decoded token a step must read the whole cache, so at long lengths the cache, not the\n"
       "arithmetic, sets the speed: mla reads 20 numbers per past token where mha reads 128. Its full\n"
-      "forward costs a little more than mha's (`attnlab explain mla --d-model 64 --seq 128`); its\n"
-      "decoding step against a long cache costs far less memory (`attnlab explain mla --d-model 64\n"
-      "--decode 4096` traces one step against a 4096-token cache, docs/cli.md).");
+      "forward costs a little more than mha's (`attnlab explain mla --d-model 64 --seq 128`), and its\n"
+      "absorbed step scores against the latent, about twice mha's arithmetic here (r = 16 > dk = 8);\n"
+      "what it saves is the cache every step reads: `attnlab explain mla --d-model 64 --decode 4096`\n"
+      "traces one step against a 4096-token cache, with the cache bytes next to mha's (docs/cli.md).");
 }
 
 void lesson() {
