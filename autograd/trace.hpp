@@ -57,6 +57,12 @@ class OpTrace {
     if (!ops_.empty()) ops_.back().flops = flops;
   }
   const std::vector<TracedOp>& ops() const { return ops_; }  ///< the traced ops, in execution order
+  /// While this trace is active, GradMode::is_enabled() is true even inside a NoGradGuard, so
+  /// code that turns recording off itself (Attention::forward_step) records, and is traced, like
+  /// any forward (`attnlab explain --decode`). That code then builds a graph it otherwise would
+  /// not; the trace's owner discards the results. Activate it with grad mode on, so that a guard
+  /// inside restores the mode it found.
+  bool through_no_grad = false;
 
  private:
   std::vector<TracedOp> ops_;

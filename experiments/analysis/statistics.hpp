@@ -12,7 +12,9 @@
 ///     least 10 points above what uniform attention would put there;
 ///   retrieval role (associative recall, `k1 v1 ... kP vP q`): mean weight from the query
 ///     position q on the position of the answer (the value v_j after the key k_j == q) >= 0.5
-///     and at least 10 points above uniform attention (1 / the keys the query sees).
+///     and at least 10 points above uniform attention (1 / the keys the query sees);
+///   previous-token and induction roles (token models): scores on repeated random sequences
+///     (circuits.hpp), >= 0.5 and at least 10 points above uniform attention.
 /// @ingroup analysis
 #pragma once
 #include <cmath>
@@ -20,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "experiments/analysis/circuits.hpp"
 #include "experiments/analysis/probe.hpp"
 
 /// @addtogroup analysis
@@ -66,6 +69,7 @@ struct AttentionStats {
   double rare_uniform = 0;                        ///< sum over them of |rarest| / |visible|
   int64_t retrieval_queries = 0;                  ///< recall examples whose query key is in the pairs
   double retrieval_uniform = 0;                   ///< sum over them of 1 / |keys the query sees|
+  CircuitStats circuits;                          ///< previous-token and induction scores (examples 0: not measured)
   /// Bytes held by the running statistics (the kept maps excluded): bounded by the number of
   /// heads, classes and distinct offsets (< 2 N), not by the number of examples.
   size_t running_bytes() const;
@@ -113,7 +117,12 @@ struct HeadRole {
   bool is_rare = false;  ///< rare_mass passes its thresholds
   double retrieval = NAN;     ///< mean weight from the query on the answer (NaN: not measured)
   bool is_retrieval = false;  ///< retrieval passes its thresholds
-  /// "positional(-1)", "structural", "rare", "retrieval", joined by "+", or "-"
+  double previous_token = NAN;  ///< mean weight on the previous token, repeated random sequences (NaN: not measured)
+  bool is_previous_token = false;  ///< previous_token passes its thresholds
+  double induction = NAN;       ///< mean weight on the token after the earlier occurrence (NaN: not measured)
+  bool is_induction = false;  ///< induction passes its thresholds
+  /// "positional(-1)", "structural", "rare", "retrieval", "previous_token", "induction", joined
+  /// by "+", or "-"
   std::string label() const;
 };
 
@@ -125,6 +134,10 @@ struct RoleThresholds {
   double rare_margin = 0.10;        ///< over uniform attention
   double retrieval_mass = 0.5;  ///< mean weight on the answer
   double retrieval_margin = 0.10;   ///< over uniform attention
+  double previous_token = 0.5;  ///< mean weight on the previous token
+  double previous_margin = 0.10;    ///< over uniform attention
+  double induction = 0.5;  ///< mean weight on the token after the earlier occurrence
+  double induction_margin = 0.10;   ///< over uniform attention
 };
 
 /// [layer][head]
@@ -140,8 +153,8 @@ double retrieval_uniform_baseline(const AttentionStats& stats);  ///< NaN: no re
 int64_t recall_answer_position(const int64_t* tokens, int64_t query, int64_t keys);
 
 /// A markdown table per layer: head, confidence, top offset (share), structural share, rare
-/// mass, retrieval mass, importance and relevance (when given), role; with the baselines stated
-/// above it.
+/// mass, retrieval mass, previous-token and induction scores (when measured), importance and
+/// relevance (when given), role; with the baselines stated above it.
 std::string role_table(const AttentionStats& stats, const HeadMatrix* importance = nullptr,
                        const HeadMatrix* relevance = nullptr, const RoleThresholds& t = {});
 

@@ -136,6 +136,19 @@ std::string png_label(const std::string& s) {
 }
 
 // ---------------------------------------------------------------------------- measuring
+// Previous-token and induction scores (analysis/circuits.hpp) of a token model on 16 repeated
+// random sequences as long as the task's inputs allow (2 K <= N), seed 0; not measured (examples
+// 0) for feature inputs or inputs shorter than 4 tokens.
+analysis::CircuitStats circuits(const catalog::LoadedRun& run, const analysis::Probe& probe) {
+  const runner::TaskData& t = run.task;
+  if (t.vocab_size <= 0 || !probe.axis_tokens) return {};
+  int64_t n = t.seq_len;
+  if (!t.language_model) n = t.val.inputs.dim() == 2 ? t.val.inputs.size(1) : 0;
+  if (n < 4) return {};
+  Generator gen(0);
+  return analysis::measure_circuits(probe, 16, n / 2, t.vocab_size, gen);
+}
+
 // Streams n validation examples through the recorder, importance and relevance.
 Measured measure(const catalog::LoadedRun& run, int64_t n, const AnalyzeOptions& o) {
   analysis::Probe probe = run_probe(run);
@@ -166,6 +179,7 @@ Measured measure(const catalog::LoadedRun& run, int64_t n, const AnalyzeOptions&
     m.check = relevance->check();
   }
   m.stats = recorder.stats();
+  m.stats.circuits = circuits(run, probe);
   m.roles = analysis::head_roles(m.stats, m.thresholds);
   return m;
 }

@@ -5,7 +5,7 @@
 ///   attnlab variants [NAME] [--params SPEC --d-model D]
 ///   attnlab inspect --spec SPEC --d-model D (--weights W | --init) --input X --out OUT ...
 ///   attnlab generate --checkpoint FILE [--prompt TEXT] [--tokens N] [--temperature T] ...
-///   attnlab explain SPEC --d-model D --seq N [--batch B]
+///   attnlab explain SPEC --d-model D (--seq N [--composed] [--causal] | --decode L) [--batch B]
 ///   attnlab demo [--out DIR] [--steps N] [--workers N] | --mlp   (the attention shoot-out)
 ///   attnlab ngram [--preset P] [--config F] [--set K=V]... [--csv FILE]   (the lm split's n-gram table)
 /// Every command's exit status comes from one place, exit_status below: 0 success, 1 a failure

@@ -106,7 +106,9 @@ json head_summary(const fs::path& run_dir) {
       heads.push_back({{"layer", h["layer"]}, {"head", h["head"]}, {"role", h["role"]}, {"confidence", h["confidence"]},
                        {"importance", h["importance"]}, {"relevance", h["relevance"]}, {"offset", h["top_offset"]},
                        {"offset_share", h["top_offset_share"]},
-                       {"retrieval_mass", h.value("retrieval_mass", json(nullptr))}});
+                       {"retrieval_mass", h.value("retrieval_mass", json(nullptr))},
+                       {"previous_token_mass", h.value("previous_token_mass", json(nullptr))},
+                       {"induction_mass", h.value("induction_mass", json(nullptr))}});
   return {{"heads", heads}, {"examples", a.value("examples", 0)}, {"importance", a.value("importance", "")},
           {"relevance", a.value("relevance", "")}};
 }

@@ -82,8 +82,17 @@ void check_every_head(const fs::path& run, const json& j, int layers, int heads)
       CHECK(e["importance"].is_number());
       CHECK(e["relevance"].is_number());
       CHECK_FALSE(e["role"].get<std::string>().empty());
+      // Token models: previous-token and induction scores on repeated random sequences.
+      CHECK(e["previous_token_mass"].is_number());
+      CHECK(e["induction_mass"].is_number());
+      CHECK(e["induction"].is_boolean());
     }
   }
+  CHECK(j["baselines"]["repeated_sequences"] == 16);
+  CHECK(j["baselines"]["induction_uniform"].get<double>() > 0);
+  CHECK(j.contains("best_induction"));
+  CHECK(md.find("| previous token | induction |") != std::string::npos);
+  CHECK(md.find("Induction (repeated random sequence): best head") != std::string::npos);
   for (const char* png : {"confidence.png", "importance.png", "relevance.png", "maps/layer1/attention_b1_h1.png"}) {
     plot::Image im = plot::read_png((run / "analysis" / png).string());
     CHECK_MESSAGE(im.width > 20, png);
