@@ -4,7 +4,8 @@
 // `--steps` of each per round, so both forms see the same machine a fraction of a second apart.
 // Prints each round's median tokens/s and bf16 / float32 ratio with the load average (the
 // machine may be shared), the median and range of the rounds' ratios, the ratio of the fastest
-// steps, the CPU's bf16 flags, the oneDNN kernels the bf16 products ran on and OpenBLAS's kernel.
+// steps, the CPU's bf16 flags, the oneDNN kernels the bf16 products ran on, whether the fused
+// attention kernel ran its products in bf16 (AVX512_BF16) and OpenBLAS's kernel.
 //
 //   build/bench/bench_bf16_lm [--rounds R] [--steps S]
 //
@@ -21,6 +22,7 @@
 #include "attnlab.hpp"
 #include "bench/bench_args.hpp"
 #include "bench/reference_lm.hpp"
+#include "nn/attention/kernels/tile_attention.hpp"
 #include "tensor/blas_info.hpp"
 
 using namespace attnlab;
@@ -52,6 +54,11 @@ int main(int argc, char** argv) {
               onednn_description().c_str(), num_threads());
   const AutocastDecision d = autocast_decision(autocast_policy_from_env());
   std::printf("autocast: %s\n", d.reason.c_str());
+  if (d.bf16) {
+    AutocastGuard probe(kBFloat16, AutocastPolicy::Force);
+    std::printf("fused attention kernel under autocast: %s\n",
+                nn::tile_attention_runs_bf16(kFloat32) ? "bf16 products (AVX512_BF16 tile kernel)" : "float32 (no AVX512_BF16)");
+  }
   if (!d.bf16) {
     std::printf("bf16 / float32 LM training step: not measurable on this CPU\n");
     return 0;
