@@ -28,7 +28,9 @@
 //     AVX512_BF16; nn/attention/kernels/tile_gemm_bf16.hpp), forward and forward + backward, on
 //     the same q, k, v: each repetition times float32 then bf16, so both see the same load. Prints
 //     the median GFLOP/s of each, the median and range of the repetitions' bf16 / float32 ratios,
-//     and the CPU's bf16 flags; on a CPU where the kernel stays float32 it says so.
+//     and the CPU's bf16 flags; on a CPU where the kernel stays float32 it says so. Below the
+//     kernel's size rule (tile_gemm_bf16.hpp: 4096 keys per query row) both columns run float32;
+//     ATTNLAB_TILE_BF16_MIN_KEYS=0 measures bf16 there too.
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -49,6 +51,7 @@
 
 #include "attnlab.hpp"
 #include "nn/attention/kernels/tile_attention.hpp"
+#include "nn/attention/kernels/tile_gemm_bf16.hpp"
 #include "nn/attention/registry.hpp"
 #include "bench/bench_args.hpp"
 #include "tensor/blas_info.hpp"
@@ -246,7 +249,11 @@ Paired time_paired(F&& f, int reps) {
   return {median(tf), median(tb), median(ratios), ratios.front(), ratios.back()};
 }
 
+double parse_number(const std::string& option, const std::string& s, double min);
+
 int run_bf16(const std::vector<int64_t>& lengths, int reps, bool causal) {
+  if (const char* keys = std::getenv("ATTNLAB_TILE_BF16_MIN_KEYS"))
+    nn::tile::set_bf16_min_keys_per_row(static_cast<int64_t>(parse_number("ATTNLAB_TILE_BF16_MIN_KEYS", keys, 0)));
   std::printf("CPU: %s\nBLAS: %s\nthreads: %d\n", cpu_bf16_summary().c_str(), blas_description().c_str(), num_threads());
   {
     AutocastGuard probe(kBFloat16, AutocastPolicy::Force);
@@ -255,7 +262,9 @@ int run_bf16(const std::vector<int64_t>& lengths, int reps, bool causal) {
       return 0;
     }
   }
-  std::printf("kernel products in bf16: AVX512_BF16 vdpbf16ps tile kernel; float32 products: OpenBLAS sgemm\n");
+  std::printf("kernel products in bf16: AVX512_BF16 vdpbf16ps tile kernel where query rows have %lld or more keys "
+              "(the size rule; ATTNLAB_TILE_BF16_MIN_KEYS overrides it here); float32 products: OpenBLAS sgemm\n",
+              (long long)nn::tile::bf16_min_keys_per_row());
   std::printf("\n| N | causal | pass | float32 GFLOP/s | bf16 GFLOP/s | bf16 / float32, %d reps | load (1 min) |\n", reps);
   std::printf("|---:|---|---|---:|---:|---:|---:|\n");
   for (int64_t n : lengths) {
@@ -268,7 +277,7 @@ int run_bf16(const std::vector<int64_t>& lengths, int reps, bool causal) {
       std::ifstream in("/proc/loadavg");
       std::string load;
       in >> load;
-      std::printf("| %lldK | %s | %s | %.1f | %.1f | %.2fx (%.2f-%.2fx) | %s |\n", (long long)(n / 1024),
+      std::printf("| %lld | %s | %s | %.1f | %.1f | %.2fx (%.2f-%.2fx) | %s |\n", (long long)n,
                   causal ? "yes" : "no", backward ? "forward + backward" : "forward", gflop / t.f32, gflop / t.bf16,
                   t.ratio, t.lo, t.hi, load.c_str());
       std::fflush(stdout);

@@ -2,7 +2,8 @@
 // autocast): the AVX512_BF16 tile products against float32 products of the bf16-rounded operands
 // in every layout the kernel uses, and tile_attention under AutocastGuard(kBFloat16) against the
 // float32 kernel within bf16 tolerances, forward and backward, over ragged tiles, odd key starts,
-// odd dk and dv, grouped kv heads, the three score kinds and dropout. On a CPU without AVX512_BF16
+// odd dk and dv, grouped kv heads, the three score kinds and dropout, and the size rule (bf16 only
+// where rows have enough keys). On a CPU without AVX512_BF16
 // the tests check that the kernel stays float32 under autocast (bit for bit) and say so.
 #include <cmath>
 #include <random>
@@ -106,7 +107,15 @@ TEST_CASE("tile bf16 products equal float32 products of the bf16-rounded operand
   }
 }
 
+// Runs the bf16 path on problems of any size (the size rule's threshold at 0) while it lives.
+struct AnySize {
+  int64_t saved = tile::bf16_min_keys_per_row();
+  AnySize() { tile::set_bf16_min_keys_per_row(0); }
+  ~AnySize() { tile::set_bf16_min_keys_per_row(saved); }
+};
+
 TEST_CASE("tile_attention under autocast: bf16 products within bf16 tolerance of float32, forward and backward") {
+  AnySize any_size;
   struct Case {
     int64_t B, H, G, N, M, dk, dv, tq, tk;
     bool causal, odd_starts;
@@ -156,7 +165,33 @@ TEST_CASE("tile_attention under autocast: bf16 products within bf16 tolerance of
   }
 }
 
+TEST_CASE("tile_attention under autocast stays float32 below the size rule's keys per row") {
+  Generator g(6);
+  Tensor q = randn({1, 2, 24, 8}, g), k = randn({1, 2, 24, 8}, g), v = randn({1, 2, 24, 8}, g), go = randn({1, 2, 24, 8}, g);
+  TilePattern p = nn::dense_tile_pattern(24, 24, false, Tensor());  // 24 keys per row
+  TileOptions o;
+  o.q_tile = 8, o.k_tile = 8;
+  const Run f32 = run(q, k, v, p, o, go);
+  AutocastGuard guard(kBFloat16, AutocastPolicy::Native);
+  const int64_t saved = tile::bf16_min_keys_per_row();
+  tile::set_bf16_min_keys_per_row(25);
+  const Run below = run(q, k, v, p, o, go);
+  tile::set_bf16_min_keys_per_row(24);
+  const Run at = run(q, k, v, p, o, go);
+  tile::set_bf16_min_keys_per_row(saved);
+  CHECK(rel_dist(below.out, f32.out) == 0.0);
+  CHECK(rel_dist(below.dq, f32.dq) == 0.0);
+  if (nn::tile_attention_runs_bf16(kFloat32, o)) {
+    CHECK(rel_dist(at.out, f32.out) > 1e-6);  // at the threshold: bf16
+    CHECK(rel_dist(at.out, f32.out) < 2e-2);
+  } else {
+    MESSAGE("tile_attention stays float32 under autocast here: the size rule is not exercised");
+    CHECK(rel_dist(at.out, f32.out) == 0.0);
+  }
+}
+
 TEST_CASE("tile_attention under autocast stays float32 for float64 inputs and an odd q_tile") {
+  AnySize any_size;
   Generator g(5);
   Tensor q = randn({1, 2, 20, 8}, g), k = randn({1, 2, 20, 8}, g), v = randn({1, 2, 20, 8}, g), go = randn({1, 2, 20, 8}, g);
   TilePattern p = nn::dense_tile_pattern(20, 20, true, Tensor());

@@ -593,10 +593,9 @@ Bf16Operands backward_operands(const Tensor& q, const Tensor& k, const Tensor& v
   return o;
 }
 
-// The FLOPs the op stands for, counted like the composed formula over the allowed pairs only
-// (attnlab explain, autograd/trace.hpp): per pair 2 dk (score), 5 (softmax), 2 dv (P V). The
-// user mask is not read, so masked-out pairs inside the bands still count.
-int64_t pattern_flops(const TilePattern& p, int64_t batch_heads, int64_t n, int64_t m, int64_t dk, int64_t dv) {
+// The (query row, key) pairs the bands allow, per (b, h). The user mask is not read, so
+// masked-out pairs inside the bands still count.
+int64_t pattern_pairs(const TilePattern& p, int64_t n, int64_t m) {
   int64_t pairs = 0;
   for (int64_t i = 0; i < n; ++i) {
     const int64_t lo = std::clamp<int64_t>(p.lo[i], 0, m), hi = std::clamp<int64_t>(p.hi[i], lo, m);
@@ -604,7 +603,13 @@ int64_t pattern_flops(const TilePattern& p, int64_t batch_heads, int64_t n, int6
     if (!p.ex_lo.empty()) row -= std::max<int64_t>(0, std::min(hi, p.ex_hi[i]) - std::max(lo, p.ex_lo[i]));
     pairs += row;
   }
-  return batch_heads * pairs * (2 * dk + 5 + 2 * dv);
+  return pairs;
+}
+
+// The FLOPs the op stands for, counted like the composed formula over the allowed pairs only
+// (attnlab explain, autograd/trace.hpp): per pair 2 dk (score), 5 (softmax), 2 dv (P V).
+int64_t pattern_flops(const TilePattern& p, int64_t batch_heads, int64_t n, int64_t m, int64_t dk, int64_t dv) {
+  return batch_heads * pattern_pairs(p, n, m) * (2 * dk + 5 + 2 * dv);
 }
 }  // namespace
 
@@ -649,8 +654,10 @@ TileAttentionResult tile_attention(const Tensor& q0, const Tensor& k0, const Ten
     return f(tile::SoftmaxScore<T>{
         .sinks = sinks.defined() ? std::vector<T>(sinks.data<T>(), sinks.data<T>() + H) : std::vector<T>()});
   };
-  // Under autocast the products run in bf16 (float32 sums); the backward follows the forward.
-  const bool bf16 = tile_attention_runs_bf16(dt, opt);
+  // Under autocast the products run in bf16 (float32 sums) where the rows have enough keys to pay
+  // for the packing (tile_gemm_bf16.hpp, the size rule); the backward follows the forward.
+  const bool bf16 = tile_attention_runs_bf16(dt, opt) &&
+                    pattern_pairs(pattern, N, M) >= tile::bf16_min_keys_per_row() * N;
   dispatch_floating(dt, "tile_attention", [&](auto tag) {
     auto x = make_ctx(tag, result, lse_store);
     Bf16Operands ops;

@@ -8,6 +8,7 @@
 #include "nn/attention/kernels/tile_gemm_bf16.hpp"
 
 #include <algorithm>
+#include <atomic>
 
 #include "tensor/error.hpp"
 #include "tensor/parallel.hpp"
@@ -23,12 +24,21 @@
 
 namespace attnlab::nn::tile {
 
+namespace {
+std::atomic<bool> products_enabled{true};
+std::atomic<int64_t> min_keys_per_row{4096};
+}  // namespace
+
+void set_bf16_tile_products_enabled(bool enabled) { products_enabled.store(enabled, std::memory_order_relaxed); }
+int64_t bf16_min_keys_per_row() { return min_keys_per_row.load(std::memory_order_relaxed); }
+void set_bf16_min_keys_per_row(int64_t keys) { min_keys_per_row.store(keys, std::memory_order_relaxed); }
+
 #ifdef ATTNLAB_TILE_BF16
 
 bool bf16_tile_products_available() {
   static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                          __builtin_cpu_supports("avx512bf16");
-  return ok;
+  return ok && products_enabled.load(std::memory_order_relaxed);
 }
 
 namespace {

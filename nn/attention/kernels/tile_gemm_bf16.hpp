@@ -23,8 +23,21 @@
 
 namespace attnlab::nn::tile {
 
-// Whether this build has the AVX512_BF16 products and this CPU runs them (cpuid, once).
+// Whether this build has the AVX512_BF16 products, this CPU runs them (cpuid, once) and they are
+// enabled (below).
 bool bf16_tile_products_available();
+// Whether tile_attention may use them under autocast (default true, process-wide). Benchmarks
+// turn them off to measure the kernel's share of a bf16 step (bench_bf16_lm).
+void set_bf16_tile_products_enabled(bool enabled);
+
+// The size rule: tile_attention runs the bf16 products only when its query rows have on average
+// at least this many allowed keys (default 4096). Below it the packing of q, k, v and dO
+// (O((N + M) d) per call, with the K^T pack's strided stores) costs more than bf16 saves:
+// measured on a 2-core AMD EPYC (docs/performance.md, section 11), B = 1, h = 8, dk = 64:
+// bf16 / float32 0.2-0.9x at N = 256 to 2K, 1.2-3x at 4K and 8K non-causal. Tests lower it to run
+// the bf16 path on small problems.
+int64_t bf16_min_keys_per_row();
+void set_bf16_min_keys_per_row(int64_t keys);
 
 // C (m, n; ldc) = alpha A B, or C += alpha A B when accumulate; k2 = ceil(k / 2) words along k.
 // Call only when bf16_tile_products_available().
