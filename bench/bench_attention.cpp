@@ -29,7 +29,7 @@
 //     the same q, k, v: each repetition times float32 then bf16, so both see the same load. Prints
 //     the median GFLOP/s of each, the median and range of the repetitions' bf16 / float32 ratios,
 //     and the CPU's bf16 flags; on a CPU where the kernel stays float32 it says so. Below the
-//     kernel's size rule (tile_gemm_bf16.hpp: 4096 keys per query row) both columns run float32;
+//     kernel's size rule (tile_gemm_bf16.hpp: 128 keys per query row) both columns run float32;
 //     ATTNLAB_TILE_BF16_MIN_KEYS=0 measures bf16 there too.
 #include <sys/resource.h>
 

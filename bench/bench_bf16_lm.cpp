@@ -9,6 +9,7 @@
 // attention kernel ran its products in bf16 (AVX512_BF16) and OpenBLAS's kernel.
 //
 //   build/bench/bench_bf16_lm [--rounds R] [--steps S]
+//   ATTNLAB_TILE_BF16_MIN_KEYS=K build/bench/bench_bf16_lm   (the kernel's size rule at K keys per row)
 //
 // Without native bf16 (AVX512_BF16 or AMX) or without oneDNN it prints the CPU flags and "not
 // measurable on this CPU" (ATTNLAB_AUTOCAST=force measures anyway: oneDNN then converts bf16 to
@@ -17,6 +18,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <optional>
 #include <string>
@@ -59,14 +61,18 @@ int main(int argc, char** argv) {
   bench::parse_flags(argc, argv, "bench_bf16_lm [--rounds R] [--steps S]", {{"--rounds", &rounds}, {"--steps", &steps}});
   std::printf("CPU: %s\nBLAS: %s\noneDNN: %s\nthreads: %d\n", cpu_bf16_summary().c_str(), blas_description().c_str(),
               onednn_description().c_str(), num_threads());
+  if (const char* keys = std::getenv("ATTNLAB_TILE_BF16_MIN_KEYS"))  // the kernel's size rule, for measuring it
+    nn::tile::set_bf16_min_keys_per_row(std::stoll(keys));
   const AutocastDecision d = autocast_decision(autocast_policy_from_env());
   std::printf("autocast: %s\n", d.reason.c_str());
   if (d.bf16) {
     AutocastGuard probe(kBFloat16, AutocastPolicy::Force);
     std::printf("fused attention kernel under autocast: %s\n",
                 nn::tile_attention_runs_bf16(kFloat32)
-                    ? fmt::format("bf16 products (AVX512_BF16 tile kernel) where query rows have {} or more keys (here {}: "
-                                  "float32 unless lowered)", nn::tile::bf16_min_keys_per_row(), bench::LMTraining::kLength).c_str()
+                    ? fmt::format("bf16 products (AVX512_BF16 tile kernel) where query rows have {} or more keys on "
+                                  "average (here, causal N = {}: {})", nn::tile::bf16_min_keys_per_row(),
+                                  bench::LMTraining::kLength,
+                                  (bench::LMTraining::kLength + 1) / 2 >= nn::tile::bf16_min_keys_per_row() ? "bf16" : "float32").c_str()
                     : "float32 (no AVX512_BF16)");
   }
   if (!d.bf16) {

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <mutex>
 
 #include "tensor/error.hpp"
 #include "tensor/parallel.hpp"
@@ -26,7 +27,7 @@ namespace attnlab::nn::tile {
 
 namespace {
 std::atomic<bool> products_enabled{true};
-std::atomic<int64_t> min_keys_per_row{4096};
+std::atomic<int64_t> min_keys_per_row{128};
 }  // namespace
 
 void set_bf16_tile_products_enabled(bool enabled) { products_enabled.store(enabled, std::memory_order_relaxed); }
@@ -158,13 +159,21 @@ ATTNLAB_BF16_TARGET void pack_pairs_in_rows(const float* X, int64_t ld, int64_t 
 
 ATTNLAB_BF16_TARGET void pack_pairs_in_rows_t(const float* X, int64_t ld, int64_t rows, int64_t cols, uint32_t* out,
                                               int64_t ldo) {
-  alignas(64) uint32_t w[16];
-  for (int64_t j = 0; j < rows; ++j)
+  // 16 rows at a time: their words (16 x 16, row-major) in L1, then each word column gathered
+  // into one 16-word store, so out is written in whole cache lines.
+  alignas(64) uint32_t w[16 * 16];
+  const __m512i column = _mm512_mullo_epi32(_mm512_set1_epi32(16), _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0));
+  for (int64_t j0 = 0; j0 < rows; j0 += 16) {
+    const int64_t nr = std::min<int64_t>(16, rows - j0);
     for (int64_t c = 0; c < cols; c += 32) {
       const int64_t n = std::min<int64_t>(32, cols - c);
-      _mm512_store_si512(w, row_words(X + j * ld + c, n));
-      for (int64_t p = 0; p < (n + 1) / 2; ++p) out[(c / 2 + p) * ldo + j] = w[p];
+      for (int64_t jj = 0; jj < nr; ++jj) _mm512_store_si512(w + 16 * jj, row_words(X + (j0 + jj) * ld + c, n));
+      for (int64_t p = 0; p < (n + 1) / 2; ++p)
+        _mm512_mask_storeu_epi32(out + (c / 2 + p) * ldo + j0, first(nr),
+                                 _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), first(nr),
+                                                             _mm512_add_epi32(column, _mm512_set1_epi32(int(p))), w, 4));
     }
+  }
 }
 
 ATTNLAB_BF16_TARGET void pack_pairs_across_rows(const float* X, int64_t ld, int64_t rows, int64_t cols,
@@ -205,6 +214,37 @@ void pack_pairs_across_rows(const float*, int64_t, int64_t, int64_t, uint32_t*, 
 
 #endif
 
+namespace {
+
+std::mutex pool_mutex;
+std::vector<std::vector<uint32_t>> pool;  // buffers of dead packs
+constexpr size_t kPoolSize = 32;          // more than one forward's and one backward's packs
+
+// A buffer of at least n words, from the pool when one is there (its contents are stale).
+std::vector<uint32_t> borrow(size_t n) {
+  std::vector<uint32_t> v;
+  {
+    std::lock_guard<std::mutex> lock(pool_mutex);
+    if (!pool.empty()) {
+      auto best = std::max_element(pool.begin(), pool.end(),
+                                   [](const auto& a, const auto& b) { return a.size() < b.size(); });
+      v = std::move(*best);
+      pool.erase(best);
+    }
+  }
+  if (v.size() < n) v.resize(n);
+  return v;
+}
+
+}  // namespace
+
+void PackedHeads::give_back() {
+  if (words.empty()) return;
+  std::lock_guard<std::mutex> lock(pool_mutex);
+  if (pool.size() < kPoolSize) pool.push_back(std::move(words));
+  words = {};
+}
+
 PackedHeads pack_heads(const float* X, int64_t sb, int64_t sh, int64_t sr, int64_t B, int64_t heads, int64_t n,
                        int64_t d, PackKind kind) {
   PackedHeads p;
@@ -214,7 +254,7 @@ PackedHeads pack_heads(const float* X, int64_t sb, int64_t sh, int64_t sr, int64
                        : kind == PackKind::AcrossRows ? (n + 1) / 2 : n / 2;
   p.ld = kind == PackKind::InRows ? d2 : kind == PackKind::InRowsT ? n : d;
   p.per_head = rows * p.ld;
-  p.words.resize(B * heads * p.per_head);
+  p.words = borrow(B * heads * p.per_head);
   parallel_for(B * heads, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       const float* x = X + t / heads * sb + t % heads * sh;

@@ -31,11 +31,11 @@ bool bf16_tile_products_available();
 void set_bf16_tile_products_enabled(bool enabled);
 
 // The size rule: tile_attention runs the bf16 products only when its query rows have on average
-// at least this many allowed keys (default 4096). Below it the packing of q, k, v and dO
-// (O((N + M) d) per call, with the K^T pack's strided stores) costs more than bf16 saves:
-// measured on a 2-core AMD EPYC (docs/performance.md, section 11), B = 1, h = 8, dk = 64:
-// bf16 / float32 0.2-0.9x at N = 256 to 2K, 1.2-3x at 4K and 8K non-causal. Tests lower it to run
-// the bf16 path on small problems.
+// at least this many allowed keys (default 128). The packing of q, k, v and dO costs O((N + M) d)
+// per call against O(pairs d) of products, so rows of few keys (narrow local windows) would pay
+// more for it than bf16 saves; 128 is the smallest average measured (docs/performance.md,
+// section 11: the reference LM, causal N = 256, where the kernel in bf16 is even with float32 or
+// ahead within the noise). Tests change it to run either path on small problems.
 int64_t bf16_min_keys_per_row();
 void set_bf16_min_keys_per_row(int64_t keys);
 
@@ -59,11 +59,25 @@ enum class PackKind {
   AcrossRows,        // (ceil(n/2), d): B of ... @ X from an even row
   AcrossRowsShifted  // (ceil((n-1)/2), d), pairs (1, 2), (3, 4), ...: B of ... @ X from an odd row
 };
+// The words live in a buffer borrowed from a process-wide pool and returned when the pack dies:
+// a fresh buffer of this size is an mmap whose pages fault in (and are zeroed) on every call.
 struct PackedHeads {
   std::vector<uint32_t> words;
   int64_t heads = 0, per_head = 0, ld = 0;  // words per (b, head); words per row
   // Word row `row` of head (b, h).
   const uint32_t* at(int64_t b, int64_t h, int64_t row) const { return words.data() + (b * heads + h) * per_head + row * ld; }
+
+  PackedHeads() = default;
+  PackedHeads(PackedHeads&& o) noexcept = default;
+  PackedHeads& operator=(PackedHeads&& o) noexcept {
+    give_back();
+    words = std::move(o.words), heads = o.heads, per_head = o.per_head, ld = o.ld;
+    return *this;
+  }
+  ~PackedHeads() { give_back(); }
+
+ private:
+  void give_back();
 };
 PackedHeads pack_heads(const float* X, int64_t sb, int64_t sh, int64_t sr, int64_t B, int64_t heads, int64_t n,
                        int64_t d, PackKind kind);
