@@ -7,6 +7,7 @@
 // the tests check that the kernel stays float32 under autocast (bit for bit) and say so.
 #include <cmath>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "autograd/autocast.hpp"
