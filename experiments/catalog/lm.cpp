@@ -21,6 +21,8 @@
 #include "experiments/data/text.hpp"
 #include "experiments/runner/experiment.hpp"
 #include "experiments/runner/trainer.hpp"
+#include "nn/attention/kernels/tile_attention.hpp"
+#include "nn/attention/kernels/tile_gemm_bf16.hpp"
 #include "nn/loss.hpp"
 
 namespace attnlab::catalog {
@@ -91,6 +93,14 @@ void run_lm(const Config& config, RunContext& ctx) {
            model->num_parameters(), n, model->config.positions, pack ? ", packed rows" : "");
   const Precision precision = resolve_precision(config);
   ctx.logf("precision: {}", precision.reason);
+  if (precision.bf16) {
+    AutocastGuard probe(kBFloat16, AutocastPolicy::Force);
+    ctx.logf("precision: the fused attention kernel runs its products in {}",
+             nn::tile_attention_runs_bf16(kFloat32)
+                 ? fmt::format("bf16 (AVX512_BF16) where its query rows have {} or more keys, else float32",
+                               nn::tile::bf16_min_keys_per_row())
+                 : std::string("float32 (no AVX512_BF16 on this CPU)"));
+  }
   // Training and evaluation run at the same precision; a product's backward follows its forward.
   auto loss_of = [&](const Tensor& x, const Tensor& y, const Tensor& segment_ids = {}) {
     std::optional<AutocastGuard> autocast;

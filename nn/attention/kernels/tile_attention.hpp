@@ -39,6 +39,14 @@
 /// the call; parts with different key sets are merged exactly by their log-sum-exps, which the
 /// op can return as a differentiable output (need_lse).
 ///
+/// Mixed precision: float32 inputs inside an AutocastGuard(kBFloat16) scope (autograd/autocast.hpp),
+/// on a CPU with AVX512_BF16, run all six products (S = Q K^T, P V; dP = dO V^T, dV, dQ, dK) in
+/// bf16 with float32 sums (tile_gemm_bf16.hpp): the operands are rounded to bf16 once per call
+/// (q, k, v, dO) or per tile (P, dS). Scores, the online softmax statistics, lse, D and every
+/// output and gradient stay float32; the backward follows its forward. Without AVX512_BF16, with an
+/// odd q_tile, float64, or rows of fewer keys than tile::bf16_min_keys_per_row() on average (the
+/// size rule, tile_gemm_bf16.hpp) the call runs in float32; tile_attention_runs_bf16 checks the rest.
+///
 /// tile_attention_reference is the naive twin: the same pattern densified by plain loops into
 /// an (N, M) mask and attention composed from autograd primitives. It is the tests' oracle.
 /// @ingroup attention
@@ -116,6 +124,10 @@ TileAttentionResult tile_attention_reference(const Tensor& q, const Tensor& k, c
 /// The pattern (and its mask and segment ids) as a dense bool tensor (B|1, h|1, N, M) in kernel
 /// coordinates, by plain loops. `batch`, `heads` are the sizes the mask is broadcast against.
 Tensor tile_pattern_dense(const TilePattern& pattern, int64_t n, int64_t m, int64_t batch, int64_t heads);
+
+/// Whether tile_attention called now on `dtype` inputs with `options` runs its products in bf16 where
+/// the size rule allows: float32, an engaged autocast scope on this thread, even q_tile, AVX512_BF16.
+bool tile_attention_runs_bf16(DType dtype, const TileOptions& options = {});
 
 /// The number of (batch row, head, query tile, key tile) blocks that tile_attention's forward passes
 /// have computed since the program started: tests read it before and after a call to check that
