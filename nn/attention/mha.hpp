@@ -18,6 +18,14 @@
 
 namespace attnlab::nn {
 
+// mha's `score` option: the function from scores to weights (docs/attention.md, "Options of
+// current models"), parsed once from the spec.
+enum class ScoreFunction { Softmax, Sigmoid, Softpick };
+// "softmax", "sigmoid", "softpick".
+const char* score_name(ScoreFunction f);
+// The reverse; ValueError naming the allowed names otherwise.
+ScoreFunction parse_score(const std::string& name);
+
 // The options of current models (docs/attention.md, "Options of current models").
 struct MhaOptions {
   int64_t kv_heads = 0;                 // g key/value heads; 0 = heads (no grouping)
@@ -26,7 +34,7 @@ struct MhaOptions {
   std::vector<double> alibi_slopes;     // (h) pinned slopes (prune_heads); empty = alibi_slopes(h)
   bool qk_norm = false;
   double softcap = 0;                   // c; 0 = off
-  std::string score = "softmax";        // softmax | sigmoid | softpick
+  ScoreFunction score = ScoreFunction::Softmax;
   std::optional<double> sigmoid_bias;   // b; unset = -log(M)
   double softpick_eps = 1e-6;
   bool sinks = false;
