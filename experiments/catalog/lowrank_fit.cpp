@@ -36,6 +36,7 @@ namespace attnlab::catalog {
 namespace {
 
 using namespace runner;
+using namespace models;
 
 Schema lowrank_fit_schema() {
   Schema s;

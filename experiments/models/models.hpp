@@ -1,6 +1,8 @@
 // The models of the catalog's experiments, built from a config, so that later code (e.g. head
 // analysis of a finished run) rebuilds the model of a run from its config.toml and loads its
-// checkpoint.safetensors (docs/experiments.md).
+// checkpoint.safetensors (docs/experiments.md). Part of the experiments library, which the CLI's
+// commands (generate, analyze, viz, the heads commands) and the catalog both use; the catalog
+// links the library, never the other way (docs/conventions.md, the layering table).
 //
 //   model.attention   attention spec string (docs/attention.md), e.g. "talking_heads(heads=8)"
 //   model.d_model, model.layers, model.ffn_hidden (0 = 4 d_model), model.dropout,
@@ -16,7 +18,7 @@
 #include "nn/lm_checkpoint.hpp"
 #include "nn/transformer.hpp"
 
-namespace attnlab::catalog {
+namespace attnlab::models {
 
 struct ModelDefaults {
   std::string attention = "mha(heads=4)";
@@ -89,4 +91,4 @@ LoadedRun load_run(const std::filesystem::path& run_dir);
 // fit the config.
 nn::LoadedLM load_lm_run(const std::filesystem::path& path);
 
-}  // namespace attnlab::catalog
+}  // namespace attnlab::models
