@@ -36,7 +36,6 @@ namespace attnlab::catalog {
 namespace {
 
 using namespace runner;
-using namespace models;
 
 Schema lowrank_fit_schema() {
   Schema s;
