@@ -97,6 +97,7 @@ VariantSchema Retention::schema() {
   s.capabilities = Capabilities::all();
   s.capabilities.cross = Support::no;     // the decay runs over the one sequence's positions
   s.capabilities.segments = Support::no;  // the recurrent state would carry across documents
+  s.capabilities.query_mask = Support::no;  // the chunked and recurrent forms mask keys only
   s.capabilities.causal_only = true;
   return s;
 }
