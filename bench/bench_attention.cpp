@@ -287,31 +287,12 @@ int run_bf16(const std::vector<int64_t>& lengths, int reps, bool causal) {
   return 0;
 }
 
-std::vector<int64_t> parse_lengths(const std::string& s) {
-  std::vector<int64_t> out;
-  std::stringstream in(s);
-  for (std::string item; std::getline(in, item, ',');) {
-    char* end = nullptr;
-    const long long v = std::strtoll(item.c_str(), &end, 10);
-    if (item.empty() || *end || v < 1) fail<ValueError>("bench_attention: --lengths expects positive integers, got '{}'", item);
-    out.push_back(v);
-  }
-  return out;
-}
-
 double parse_number(const std::string& option, const std::string& s, double min) {
   char* end = nullptr;
   const double v = std::strtod(s.c_str(), &end);
   if (s.empty() || *end || !(v >= min))
     fail<ValueError>("bench_attention: {} expects a number >= {}, got '{}'", option, min, s);
   return v;
-}
-
-void usage() {
-  std::fprintf(stderr,
-               "usage: bench_attention --n N [--causal] [--path kernel|module] [--steps S] [--memory-limit GIB]\n"
-               "       bench_attention --throughput [--lengths 4096,8192] [--reps R]\n"
-               "       bench_attention --bf16 [--lengths 4096,8192] [--reps R] [--causal]\n");
 }
 
 }  // namespace
@@ -323,39 +304,25 @@ int main(int argc, char** argv) {
   int steps = 0, reps = 3;
   double memory_gib = 20;
   std::vector<int64_t> lengths = {4096, 8192};
+  CLI::App app("bench_attention: the fused attention kernel at one length (--n), or its throughput (--throughput)");
+  app.add_option("--n", n, "sequence length N")->check(CLI::Range(int64_t(1), int64_t(1) << 30));
+  app.add_flag("--causal", causal, "causal attention");
+  app.add_option("--path", path, "the kernel alone or the mha module around it")
+      ->check(CLI::IsMember({"kernel", "module"}));
+  app.add_option("--steps", steps, "timed forward + backward steps (default by N)")->check(CLI::Range(1, 100000));
+  app.add_option("--memory-limit", memory_gib, "GiB the process may use")->check(CLI::Range(0.25, 4096.0));
+  app.add_flag("--throughput", throughput, "GFLOP/s of the kernel against cblas_sgemm");
+  app.add_flag("--bf16", bf16, "GFLOP/s of the kernel in float32 and in bf16 under autocast, alternating");
+  app.add_option("--lengths", lengths, "lengths of --throughput, comma-separated")
+      ->delimiter(',')
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 30));
+  app.add_option("--reps", reps, "repetitions of --throughput and --bf16")->check(CLI::Range(1, 100000));
+  bench::parse_or_exit(app, argc, argv);
   try {
-    for (int i = 1; i < argc; ++i) {
-      const std::string a = argv[i];
-      const bool has_value = i + 1 < argc;
-      if (a == "--n" && has_value) {
-        n = static_cast<int64_t>(parse_number("--n", argv[++i], 1));
-      } else if (a == "--causal") {
-        causal = true;
-      } else if (a == "--path" && has_value) {
-        path = argv[++i];
-        if (path != "kernel" && path != "module")
-          fail<ValueError>("bench_attention: --path expects kernel or module, got '{}'", path);
-      } else if (a == "--steps" && has_value) {
-        steps = static_cast<int>(parse_number("--steps", argv[++i], 1));
-      } else if (a == "--memory-limit" && has_value) {
-        memory_gib = parse_number("--memory-limit", argv[++i], 0.25);
-      } else if (a == "--throughput") {
-        throughput = true;
-      } else if (a == "--bf16") {
-        bf16 = true;
-      } else if (a == "--lengths" && has_value) {
-        lengths = parse_lengths(argv[++i]);
-      } else if (a == "--reps" && has_value) {
-        reps = static_cast<int>(parse_number("--reps", argv[++i], 1));
-      } else {
-        usage();
-        return a == "--help" || a == "-h" ? 0 : 2;
-      }
-    }
     if (throughput) return run_throughput(lengths, reps);
     if (bf16) return run_bf16(lengths, reps, causal);
     if (n == 0) {
-      usage();
+      std::fprintf(stderr, "bench_attention: --n N or --throughput is required\n%s", app.help().c_str());
       return 2;
     }
     return run_one(path, n, causal, steps ? steps : default_steps(n), memory_gib);

@@ -58,7 +58,10 @@ double step_seconds(bench::LMTraining& lm, bool bf16, bool kernel_bf16 = true) {
 
 int main(int argc, char** argv) {
   int64_t rounds = 5, steps = 5;
-  bench::parse_flags(argc, argv, "bench_bf16_lm [--rounds R] [--steps S]", {{"--rounds", &rounds}, {"--steps", &steps}});
+  CLI::App app("bench_bf16_lm: the reference LM's training step in float32 and under bf16 autocast");
+  app.add_option("--rounds", rounds, "interleaved rounds of both")->check(CLI::Range(1, 1000));
+  app.add_option("--steps", steps, "timed steps per round")->check(CLI::Range(1, 100000));
+  bench::parse_or_exit(app, argc, argv);
   std::printf("CPU: %s\nBLAS: %s\noneDNN: %s\nthreads: %d\n", cpu_bf16_summary().c_str(), blas_description().c_str(),
               onednn_description().c_str(), num_threads());
   if (const char* keys = std::getenv("ATTNLAB_TILE_BF16_MIN_KEYS"))  // the kernel's size rule, for measuring it

@@ -25,7 +25,7 @@
 
 #include "attnlab.hpp"
 #include "experiments/analysis/spectrum.hpp"
-#include "experiments/catalog/models.hpp"
+#include "experiments/models/models.hpp"
 #include "experiments/plot/svg.hpp"
 #include "experiments/runner/experiment.hpp"
 #include "experiments/runner/trainer.hpp"
@@ -37,6 +37,7 @@ namespace attnlab::catalog {
 namespace {
 
 using namespace runner;
+using namespace models;
 
 Schema collab_schema() {
   Schema s;

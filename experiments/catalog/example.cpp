@@ -1,7 +1,7 @@
 // `example`: the complete example of docs/experiments.md. A one-layer encoder learns associative
 // recall (key/value pairs, then a query: answer its value) in a few seconds.
 #include "attnlab.hpp"
-#include "experiments/catalog/models.hpp"
+#include "experiments/models/models.hpp"
 #include "experiments/runner/experiment.hpp"
 #include "experiments/runner/trainer.hpp"
 #include "nn/loss.hpp"
@@ -10,6 +10,7 @@ namespace attnlab::catalog {
 namespace {
 
 using namespace runner;
+using namespace models;
 
 // Every key the experiment reads, with its default and help (config.toml shows them).
 Schema example_schema() {

@@ -35,7 +35,7 @@
 #include "attnlab.hpp"
 #include "experiments/analysis/heads.hpp"
 #include "experiments/analysis/probe.hpp"
-#include "experiments/catalog/models.hpp"
+#include "experiments/models/models.hpp"
 #include "experiments/data/philox_stream.hpp"
 #include "experiments/plot/svg.hpp"
 #include "experiments/runner/experiment.hpp"
@@ -46,6 +46,7 @@ namespace attnlab::catalog {
 namespace {
 
 using namespace runner;
+using namespace models;
 
 Schema pruning_schema() {
   Schema s;

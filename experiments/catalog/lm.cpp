@@ -17,7 +17,7 @@
 
 #include "attnlab.hpp"
 #include "experiments/analysis/ngram.hpp"
-#include "experiments/catalog/models.hpp"
+#include "experiments/models/models.hpp"
 #include "experiments/data/text.hpp"
 #include "experiments/runner/experiment.hpp"
 #include "experiments/runner/trainer.hpp"
@@ -29,6 +29,7 @@ namespace attnlab::catalog {
 namespace {
 
 using namespace runner;
+using namespace models;
 
 Schema lm_schema() {
   Schema s;

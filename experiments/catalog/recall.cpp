@@ -8,7 +8,7 @@
 // layer costs state_per_token and density at task.length (nn/attention/costs.hpp), steps_per_s,
 // peak_rss_mb, params.
 #include "attnlab.hpp"
-#include "experiments/catalog/models.hpp"
+#include "experiments/models/models.hpp"
 #include "experiments/data/mqar.hpp"
 #include "experiments/runner/experiment.hpp"
 #include "experiments/runner/trainer.hpp"
@@ -20,6 +20,7 @@ namespace attnlab::catalog {
 namespace {
 
 using namespace runner;
+using namespace models;
 
 Schema recall_schema() {
   Schema s;

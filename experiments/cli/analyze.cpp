@@ -29,30 +29,30 @@ using namespace analyze_detail;
 
 // ---------------------------------------------------------------------------- shared helpers
 
-catalog::LoadedRun load_run_checked(const fs::path& dir) {
+models::LoadedRun load_run_checked(const fs::path& dir) {
   if (!fs::is_directory(dir)) fail<FileError>("{}: no such run directory", dir.string());
   for (const char* f : {"meta.json", "config.toml"})
     if (!fs::is_regular_file(dir / f)) fail<FileError>("{}: missing (not a run directory?)", (dir / f).string());
   if (!fs::is_regular_file(dir / "checkpoint.safetensors"))
     fail<FileError>("{}: missing (an incomplete run: it has not saved a checkpoint yet)",
                     (dir / "checkpoint.safetensors").string());
-  return catalog::load_run(dir);
+  return models::load_run(dir);
 }
 
-analysis::Probe run_probe(const catalog::LoadedRun& run) {
+analysis::Probe run_probe(const models::LoadedRun& run) {
   if (auto lm = std::dynamic_pointer_cast<nn::CausalLM>(run.model)) return analysis::lm_probe(*lm);
   if (auto c = std::dynamic_pointer_cast<nn::EncoderClassifier>(run.model))
     return analysis::classifier_probe(*c, run.task.pad_id);
   fail<ValueError>("analyze: the run's model is neither an encoder classifier nor a causal LM (task '{}')", run.task.name);
 }
 
-int64_t validation_size(const catalog::LoadedRun& run) {
+int64_t validation_size(const models::LoadedRun& run) {
   const runner::TaskData& t = run.task;
   if (t.language_model) return t.val_tokens.defined() ? (t.val_tokens.numel() - 1) / t.seq_len : 0;
   return t.val.size();
 }
 
-void for_each_validation_batch(const catalog::LoadedRun& run, int64_t count, int64_t batch,
+void for_each_validation_batch(const models::LoadedRun& run, int64_t count, int64_t batch,
                                const std::function<void(const data::Batch&)>& fn) {
   const runner::TaskData& t = run.task;
   if (count > validation_size(run))
@@ -78,7 +78,7 @@ void for_each_validation_batch(const catalog::LoadedRun& run, int64_t count, int
   }
 }
 
-std::string axis_label(const catalog::LoadedRun& run, int64_t token, int64_t position) {
+std::string axis_label(const models::LoadedRun& run, int64_t token, int64_t position) {
   if (token == -1) return "CLS";
   if (token < -1) return std::to_string(position);  // no tokens (feature inputs)
   return run.task.token(token);
@@ -87,7 +87,7 @@ std::string axis_label(const catalog::LoadedRun& run, int64_t token, int64_t pos
 // What the recorder measures for the run's task: ListOps structure and token classes, rare
 // tokens against character counts of the training text for a language model, retrieval for
 // associative recall.
-analysis::StatsConfig analyze_detail::stats_config(const catalog::LoadedRun& run, int64_t keep) {
+analysis::StatsConfig analyze_detail::stats_config(const models::LoadedRun& run, int64_t keep) {
   analysis::StatsConfig cfg;
   cfg.keep_examples = keep;
   const runner::TaskData& t = run.task;
@@ -150,7 +150,7 @@ analysis::CircuitStats circuits(const catalog::LoadedRun& run, const analysis::P
 }
 
 // Streams n validation examples through the recorder, importance and relevance.
-Measured measure(const catalog::LoadedRun& run, int64_t n, const AnalyzeOptions& o) {
+Measured measure(const models::LoadedRun& run, int64_t n, const AnalyzeOptions& o) {
   analysis::Probe probe = run_probe(run);
   analysis::AttentionRecorder recorder(probe, stats_config(run, std::min(o.maps, n)));
   // Importance and relevance need the head_mask buffer (and relevance a composed softmax); a
@@ -188,7 +188,7 @@ Measured measure(const catalog::LoadedRun& run, int64_t n, const AnalyzeOptions&
 
 // One PNG per kept example, layer and head: DIR/maps/layer<l>/attention_b<b>_h<i>.png, padding
 // left out (neither query nor key). Returns the number written.
-int64_t save_maps(const fs::path& dir, const catalog::LoadedRun& run, const analysis::AttentionStats& stats) {
+int64_t save_maps(const fs::path& dir, const models::LoadedRun& run, const analysis::AttentionStats& stats) {
   int64_t files = 0;
   for (size_t k = 0; k < stats.kept_tokens.size(); ++k) {
     const std::vector<int64_t>& tok = stats.kept_tokens[k];
@@ -243,7 +243,7 @@ std::vector<std::string> save_figures(const fs::path& dir, const Measured& m) {
 int analyze(const AnalyzeOptions& o, std::ostream& out) {
   if (o.examples < 1) fail<ValueError>("--examples must be >= 1, got {}", o.examples);
   if (o.maps < 0) fail<ValueError>("--maps must be >= 0, got {}", o.maps);
-  catalog::LoadedRun run = load_run_checked(o.run_dir);
+  models::LoadedRun run = load_run_checked(o.run_dir);
   const fs::path dir = o.out.empty() ? o.run_dir / "analysis" : o.out;
   const int64_t available = validation_size(run);
   const int64_t n = std::min(o.examples, available);

@@ -20,7 +20,7 @@ namespace attnlab::cli::analyze_detail {
 /// What the recorder measures for the run's task: ListOps structure and token classes, rare
 /// tokens against character counts of the training text for a language model, retrieval for
 /// associative recall.
-analysis::StatsConfig stats_config(const catalog::LoadedRun& run, int64_t keep);
+analysis::StatsConfig stats_config(const models::LoadedRun& run, int64_t keep);
 
 /// One of the gradient scores, or why it could not be computed for this variant.
 struct Scores {
@@ -38,10 +38,10 @@ struct Measured {
 };
 
 /// analysis.json: the run, thresholds, baselines and every head's numbers and role.
-nlohmann::json analysis_json(const AnalyzeOptions& o, const catalog::LoadedRun& run,
+nlohmann::json analysis_json(const AnalyzeOptions& o, const models::LoadedRun& run,
                              const std::optional<nlohmann::json>& summary, bool complete, const Measured& m);
 /// roles.md: the run, the role counts, the best head of each measured role, the role table.
-std::string roles_markdown(const AnalyzeOptions& o, const catalog::LoadedRun& run, const nlohmann::json& j,
+std::string roles_markdown(const AnalyzeOptions& o, const models::LoadedRun& run, const nlohmann::json& j,
                            const Measured& m);
 
 }  // namespace attnlab::cli::analyze_detail

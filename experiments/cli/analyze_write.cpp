@@ -66,7 +66,7 @@ json head_json(const Measured& m, const analysis::StatsConfig& scfg, size_t l, s
 
 }  // namespace
 
-json analysis_json(const AnalyzeOptions& o, const catalog::LoadedRun& run, const std::optional<json>& summary,
+json analysis_json(const AnalyzeOptions& o, const models::LoadedRun& run, const std::optional<json>& summary,
                    bool complete, const Measured& m) {
   const analysis::AttentionStats& stats = m.stats;
   const analysis::RoleThresholds& t = m.thresholds;
@@ -188,7 +188,7 @@ std::string best_lines(const json& j, const analysis::RoleThresholds& t) {
 
 }  // namespace
 
-std::string roles_markdown(const AnalyzeOptions& o, const catalog::LoadedRun& run, const json& j, const Measured& m) {
+std::string roles_markdown(const AnalyzeOptions& o, const models::LoadedRun& run, const json& j, const Measured& m) {
   std::string md = fmt::format("# Head roles: {}\n\n", o.run_dir.string());
   md += fmt::format("Run: experiment `{}`, task `{}`, attention `{}`, checkpoint step {}{}.\n",
                     j["experiment"].get<std::string>(), run.task.name, j["attention"].get<std::string>(), run.step,

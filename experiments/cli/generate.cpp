@@ -1,6 +1,6 @@
 // `attnlab generate`: samples text from a CausalLM checkpoint (nn/lm_checkpoint.hpp) or from a
 // run of the runner's `lm` experiment (its directory or checkpoint.safetensors:
-// catalog::load_lm_run), with the decoding cache unless --no-cache. A checkpoint written by
+// models::load_lm_run), with the decoding cache unless --no-cache. A checkpoint written by
 // experiments/char_lm carries its tokenizer in the metadata ("tokenizer.bytes": the vocabulary's
 // bytes in hex, id order; "tokenizer.unk": whether id 0 is <unk>), and load_lm_run supplies the
 // same from the run's task, so the prompt and the output are text; without a tokenizer,
@@ -13,7 +13,7 @@
 
 #include <fmt/format.h>
 
-#include "experiments/catalog/models.hpp"
+#include "experiments/models/models.hpp"
 #include "experiments/cli/commands.hpp"
 #include "nn/generation.hpp"
 #include "nn/lm_checkpoint.hpp"
@@ -95,7 +95,7 @@ nn::LoadedLM load_model(const std::string& path) {
   namespace fs = std::filesystem;
   const fs::path p(path);
   const fs::path dir = fs::is_directory(p) ? p : p.parent_path();
-  if (fs::exists(dir / "meta.json") && fs::exists(dir / "config.toml")) return catalog::load_lm_run(p);
+  if (fs::exists(dir / "meta.json") && fs::exists(dir / "config.toml")) return models::load_lm_run(p);
   if (fs::is_directory(p))
     fail<FileError>("{}: a directory, but not a run directory (no meta.json and config.toml)", path);
   return nn::load_causal_lm(path);

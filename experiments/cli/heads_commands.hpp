@@ -1,6 +1,6 @@
 /// @file
 /// `attnlab analyze RUN_DIR` and `attnlab viz RUN_DIR`: head analysis of a finished run
-/// (docs/analysis.md, docs/cli.md). Both rebuild the run's model with catalog::load_run and read
+/// (docs/analysis.md, docs/cli.md). Both rebuild the run's model with models::load_run and read
 /// examples of its validation split; main.cpp adds each with one line.
 ///
 ///   analyze  streams N validation examples through the head-analysis library (AttentionRecorder,
@@ -21,7 +21,7 @@
 #include <CLI/CLI.hpp>
 
 #include "experiments/analysis/probe.hpp"
-#include "experiments/catalog/models.hpp"
+#include "experiments/models/models.hpp"
 
 /// @addtogroup cli
 /// @{
@@ -58,23 +58,22 @@ void add_viz_command(CLI::App& app, int& status);
 
 /// load_run after checking that RUN_DIR is a directory holding meta.json, config.toml and
 /// checkpoint.safetensors (FileError naming the missing path otherwise).
-catalog::LoadedRun load_run_checked(const std::filesystem::path& run_dir);
+models::LoadedRun load_run_checked(const std::filesystem::path& run_dir);
 
 /// The analysis probe of a loaded run: classifier_probe (with the task's padding id) or lm_probe.
-analysis::Probe run_probe(const catalog::LoadedRun& run);
+analysis::Probe run_probe(const models::LoadedRun& run);
 
-/// The validation examples a run offers: val split examples, or windows of val_tokens.
-int64_t validation_size(const catalog::LoadedRun& run);
-/// Validation examples of a run as batches of at most `batch`, given to `fn`: the first `count`
-/// examples of the val split (classifiers), or `count` consecutive, non-overlapping windows of
-/// task.seq_len tokens of val_tokens with their next-token targets (language models). ValueError
-/// when the split holds fewer than `count`.
-void for_each_validation_batch(const catalog::LoadedRun& run, int64_t count, int64_t batch,
+/// Validation examples of a run as batches of at most `batch`: the first `count` examples of the
+/// val split (classifiers), or `count` consecutive, non-overlapping windows of task.seq_len
+/// tokens of val_tokens with their next-token targets (language models). ValueError when the
+/// split holds fewer than `count`.
+int64_t validation_size(const models::LoadedRun& run);
+void for_each_validation_batch(const models::LoadedRun& run, int64_t count, int64_t batch,
                                const std::function<void(const data::Batch&)>& fn);
 
 /// Display text of an axis token: the task's token text, "CLS" for -1, the index when the
 /// inputs are not tokens.
-std::string axis_label(const catalog::LoadedRun& run, int64_t token, int64_t position);
+std::string axis_label(const models::LoadedRun& run, int64_t token, int64_t position);
 
 }  // namespace attnlab::cli
 /// @}

@@ -67,7 +67,7 @@ struct Axis {
   std::vector<int64_t> keep;
   json labels = json::array();
 };
-Axis example_axis(const catalog::LoadedRun& run, const analysis::Probe& probe, const data::Batch& one, int64_t N) {
+Axis example_axis(const models::LoadedRun& run, const analysis::Probe& probe, const data::Batch& one, int64_t N) {
   Tensor tokens = probe.axis_tokens ? probe.axis_tokens(one) : Tensor();  // (1, N)
   const std::vector<int64_t> tok = tokens.defined() ? tokens.to_vector<int64_t>() : std::vector<int64_t>(size_t(N), -2);
   Axis a;
@@ -116,7 +116,7 @@ json head_summary(const fs::path& run_dir) {
 // One run on the page: its model, the maps of every example and what it predicted.
 struct PageRun {
   fs::path dir;
-  catalog::LoadedRun run;
+  models::LoadedRun run;
   analysis::Probe probe;
   std::vector<int64_t> heads_per_layer;
   json maps = json::array();   // [example][layer][head]
@@ -163,7 +163,7 @@ void add_example(std::vector<PageRun>& runs, json& examples, const data::Batch& 
 // The examples: the first --examples validation windows cut to --max-tokens (language models),
 // else the first validation examples with at most --max-tokens real tokens.
 json collect_examples(const VizOptions& o, std::vector<PageRun>& runs) {
-  const catalog::LoadedRun& run = runs[0].run;
+  const models::LoadedRun& run = runs[0].run;
   json examples = json::array();
   const int64_t available = validation_size(run);
   if (run.task.language_model) {

@@ -12,6 +12,7 @@
 
 #include "experiments/runner/csv.hpp"
 #include "experiments/runner/experiment.hpp"
+#include "experiments/runner/marked_block.hpp"
 #include "experiments/runner/report_parts.hpp"
 #include "tensor/error.hpp"
 #include "tensor/io.hpp"
@@ -23,7 +24,6 @@ using namespace report_detail;
 namespace {
 
 constexpr const char* kBegin = "<!-- claims:begin -->";
-constexpr const char* kEnd = "<!-- claims:end -->";
 constexpr const char* kCsvHeader =
     "claim,source,study,primary,observed,ci_low,ci_high,seeds,secondary,control,verdict,why,registration,run_minutes";
 
@@ -384,21 +384,7 @@ std::string claims_markdown(const std::vector<ClaimRow>& rows, const std::string
 }
 
 std::string replace_claims_block(const std::string& doc, const std::string& table, const std::string& path) {
-  // The markers count only as whole lines, so text beside a marker is never taken for the block.
-  std::vector<size_t> begins, ends;  // offsets of the marker lines
-  for (size_t pos = 0; pos < doc.size();) {
-    size_t eol = doc.find('\n', pos);
-    if (eol == std::string::npos) eol = doc.size();
-    const std::string line = doc.substr(pos, eol - pos);
-    if (line == kBegin) begins.push_back(pos);
-    if (line == kEnd) ends.push_back(pos);
-    pos = eol + 1;
-  }
-  if (begins.size() != 1 || ends.size() != 1 || ends[0] < begins[0])
-    fail<ValueError>("{}: expected one line '{}' followed by one line '{}' to hold the claims table, found {} and {}",
-                     path, kBegin, kEnd, begins.size(), ends.size());
-  const size_t after_begin = begins[0] + std::string(kBegin).size() + 1;
-  return doc.substr(0, after_begin) + table + doc.substr(ends[0]);
+  return replace_marked_block(doc, "claims", table, path, "the claims table");
 }
 
 bool sync_claims(const fs::path& root, bool check, std::ostream& out) {

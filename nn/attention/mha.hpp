@@ -22,20 +22,28 @@
 /// @{
 namespace attnlab::nn {
 
+/// mha's `score` option: the function from scores to weights (docs/attention.md, "Options of
+/// current models"), parsed once from the spec.
+enum class ScoreFunction { Softmax, Sigmoid, Softpick };
+/// "softmax", "sigmoid", "softpick".
+const char* score_name(ScoreFunction f);
+/// The reverse; ValueError naming the allowed names otherwise.
+ScoreFunction parse_score(const std::string& name);
+
 /// The options of current models (docs/attention.md, "Options of current models").
 struct MhaOptions {
   int64_t kv_heads = 0;                 ///< g key/value heads; 0 = heads (no grouping)
   std::vector<int64_t> kv_index;        ///< (h) each query head's kv head (prune_heads); empty = i / (h/g)
-  bool alibi = false;  ///< ALiBi: a linear distance penalty per head (Press et al. 2022)
+  bool alibi = false;
   std::vector<double> alibi_slopes;     ///< (h) pinned slopes (prune_heads); empty = alibi_slopes(h)
-  bool qk_norm = false;  ///< RMSNorm on queries and keys per head
+  bool qk_norm = false;
   double softcap = 0;                   ///< c; 0 = off
-  std::string score = "softmax";        ///< softmax | sigmoid | softpick
+  ScoreFunction score = ScoreFunction::Softmax;
   std::optional<double> sigmoid_bias;   ///< b; unset = -log(M)
-  double softpick_eps = 1e-6;  ///< eps of score = softpick
-  bool sinks = false;  ///< a learned sink logit per head in each softmax row's denominator
-  bool rope = false;  ///< rotary position embedding on queries and keys
-  double rope_base = 10000;  ///< RoPE's angle base
+  double softpick_eps = 1e-6;
+  bool sinks = false;
+  bool rope = false;
+  double rope_base = 10000;
 };
 
 /// The `mha` variant: scaled dot-product multi-head attention with the options of current models (see the file's description).

@@ -11,6 +11,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tensor/option_string.hpp"
@@ -40,7 +41,49 @@ struct OptionSchema {
   std::vector<std::string> choices;  ///< Choice: allowed values; List: allowed items
 };
 
-/// A variant's name, summary, options and cost formulas: what `attnlab variants` and docs/attention.md show.
+/// How a variant stands to one feature of the Attention interface (docs/attention.md, "What a
+/// variant declares").
+enum class Support {
+  probe,  ///< not declared, or decided by the options: the conformance suite tries the feature, and
+          ///< a rejection naming the variant makes the checks needing it SKIP
+  yes,    ///< supported: the suite checks it, and a rejection is a FAIL
+  no,     ///< rejected with an error naming the variant: the suite SKIPs the checks needing it
+};
+
+/// "yes", "no" or "probe".
+const char* to_string(Support s);
+
+/// What a variant supports, declared in its schema; `attnlab variants` lists it and the
+/// conformance suite (experiments/check/conformance.hpp) decides from it which checks apply. A
+/// default-constructed value declares nothing (every feature probed), so a variant registered
+/// without it is checked as the suite always probes; the built-in variants declare every feature.
+struct Capabilities {
+  Support cross = Support::probe;       ///< forward(x, context) with a context (B, M, D), M != N
+  Support causal = Support::probe;      ///< forward(..., causal=true)
+  Support key_mask = Support::probe;    ///< masks constant along N: (B|1, h|1, 1, M)
+  Support query_mask = Support::probe;  ///< masks that vary along N: (B|1, h|1, N, M)
+  Support pruning = Support::probe;     ///< a head_mask buffer (h) and prune_heads
+  Support decoding = Support::probe;    ///< make_cache and forward_step
+  Support segments = Support::probe;    ///< forward_packed with segment ids (packed sequences)
+  bool causal_only = false;             ///< forward without causal is refused (retention)
+  /// A masked, future or other document's input moves no allowed output (docs/attention.md,
+  /// "Conventions shared by every variant"). lsh draws its buckets from every position, so it
+  /// declares false and the suite skips key_mask, causal, causal_key_mask and segments.
+  bool isolates_masked = true;
+
+  /// Every feature supported (most multi-head variants); a variant starts from this and turns
+  /// off what it lacks.
+  static Capabilities all();
+  /// Every feature absent: attention-free token mixing (fnet, mixer).
+  static Capabilities none();
+  /// The variants that summarise the keys along the sequence (linformer, compressed, nystrom,
+  /// sinkhorn): no future to hide, so no causal, decoding or segment ids, and masks constant
+  /// along N only.
+  static Capabilities key_summary();
+  /// The features as (name, support) pairs in the order above, for listings.
+  std::vector<std::pair<std::string, Support>> features() const;
+};
+
 struct VariantSchema {
   std::string name;     ///< the registry name: make_attention("NAME(...)")
   std::string summary;  ///< one line, with the paper
@@ -48,7 +91,8 @@ struct VariantSchema {
   /// Time and memory as functions of N, M, D, h, dk, dv and the variant's options, one line
   /// each (docs/attention.md, "What every variant offers"), e.g. "O(B h N M dk)".
   std::string time_cost;
-  std::string memory_cost;  ///< memory, like time_cost
+  std::string memory_cost;
+  Capabilities capabilities = {};
 };
 
 /// Typed access to a spec's option values, validated against a schema.

@@ -430,3 +430,14 @@ TEST_CASE("docs/attention.md: the mha options example compiles and runs") {
   CHECK(cache->numel() == 2 * 2 * 16 * (8 + 8));
   CHECK(allclose(first, narrow(attn->forward(x, {}, {}, true).output, 1, 0, 4), 1e-4, 1e-5));
 }
+
+TEST_CASE("mha's score option: parsed once into a ScoreFunction, printed back by name") {
+  for (nn::ScoreFunction f : {nn::ScoreFunction::Softmax, nn::ScoreFunction::Sigmoid, nn::ScoreFunction::Softpick})
+    CHECK(nn::parse_score(nn::score_name(f)) == f);
+  CHECK_THROWS_WITH_AS(nn::parse_score("relu"),
+                       doctest::Contains("mha: score relu is not a score function (allowed: softmax, sigmoid, softpick)"),
+                       ValueError);
+  CHECK(nn::make_attention("mha(heads=2, score=softpick)", 8)->spec().find("score=softpick, softpick_eps=") !=
+        std::string::npos);
+  CHECK(nn::make_attention("mha(heads=2)", 8)->spec().find("score") == std::string::npos);  // softmax: the default
+}

@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "cli/command_run.hpp"
-#include "experiments/catalog/models.hpp"
+#include "experiments/models/models.hpp"
 #include "experiments/cli/commands.hpp"
 #include "experiments/cli/heads_commands.hpp"
 #include "experiments/runner/trainer.hpp"

@@ -42,7 +42,7 @@ const bool registered = runner::register_experiment({
     .schema = [] {
       runner::Schema s;
       runner::add_task_keys(s, "recall");
-      catalog::add_model_keys(s, {.d_model = 16, .layers = 1, .ffn_hidden = 32});
+      models::add_model_keys(s, {.d_model = 16, .layers = 1, .ffn_hidden = 32});
       runner::add_train_keys(s, {.steps = 2, .batch_size = 4});
       return s;
     }(),

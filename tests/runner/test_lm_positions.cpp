@@ -4,7 +4,7 @@
 #include "catalog_run.hpp"
 #include "experiments/analysis/ngram.hpp"
 #include "experiments/runner/task.hpp"
-#include "experiments/catalog/models.hpp"
+#include "experiments/models/models.hpp"
 #include "helpers.hpp"
 
 using namespace attnlab;
@@ -37,7 +37,7 @@ TEST_CASE("lm model.positions = none: no pos_emb in the checkpoint, evaluated at
   CHECK(long_bpc > 0);
   CHECK(long_bpc != m["val_bpc"].get<double>());  // other windows
   CHECK(m["eval_context"].get<double>() == 96.0);
-  catalog::LoadedRun run = catalog::load_run(dir);
+  models::LoadedRun run = models::load_run(dir);
   auto& lm = dynamic_cast<nn::CausalLM&>(*run.model);
   CHECK(lm.config.positions == "none");
   CHECK(!lm.pos_emb);

@@ -7,7 +7,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "experiments/catalog/models.hpp"
+#include "experiments/models/models.hpp"
 #include "experiments/runner/experiment.hpp"
 #include "experiments/runner/sweep.hpp"
 #include "runner/run_helpers.hpp"

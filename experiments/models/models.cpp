@@ -1,5 +1,5 @@
 // Model builders of the catalog (models.hpp).
-#include "experiments/catalog/models.hpp"
+#include "experiments/models/models.hpp"
 
 #include <charconv>
 #include <fstream>
@@ -13,7 +13,7 @@
 #include "nn/attention/registry.hpp"
 #include "nn/loss.hpp"
 
-namespace attnlab::catalog {
+namespace attnlab::models {
 
 using runner::Config;
 using runner::ConfigError;
@@ -300,4 +300,4 @@ nn::LoadedLM load_lm_run(const std::filesystem::path& path) {
   return {model, out};
 }
 
-}  // namespace attnlab::catalog
+}  // namespace attnlab::models

@@ -1,7 +1,9 @@
 /// @file
 /// The models of the catalog's experiments, built from a config, so that later code (e.g. head
 /// analysis of a finished run) rebuilds the model of a run from its config.toml and loads its
-/// checkpoint.safetensors (docs/experiments.md).
+/// checkpoint.safetensors (docs/experiments.md). Part of the experiments library, which the CLI's
+/// commands (generate, analyze, viz, the heads commands) and the catalog both use; the catalog
+/// links the library, never the other way (docs/conventions.md, the layering table).
 ///
 ///   model.attention   attention spec string (docs/attention.md), e.g. "talking_heads(heads=8)"
 ///   model.d_model, model.layers, model.ffn_hidden (0 = 4 d_model), model.dropout,
@@ -20,7 +22,7 @@
 
 /// @addtogroup runner
 /// @{
-namespace attnlab::catalog {
+namespace attnlab::models {
 
 /// The defaults of the model.* keys an experiment gets from add_model_keys.
 struct ModelDefaults {
@@ -94,5 +96,4 @@ LoadedRun load_run(const std::filesystem::path& run_dir);
 /// fit the config.
 nn::LoadedLM load_lm_run(const std::filesystem::path& path);
 
-}  // namespace attnlab::catalog
-/// @}
+}  // namespace attnlab::models
