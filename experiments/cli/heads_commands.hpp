@@ -8,7 +8,9 @@
 //   viz      writes one self-contained HTML page (inline CSS, JS and data; no network) to browse
 //            every layer and head's attention map on a few examples (a grid of a layer's heads,
 //            one head enlarged, a colour bar), of one run or of two side by side, with
-//            analysis.json's per-head numbers when that file exists
+//            analysis.json's per-head numbers when that file exists; with --serve, a local HTTP
+//            server (viz_serve.cpp) serves the page and computes the maps of the student's own
+//            input (typed text, or an edited example) on request
 #pragma once
 #include <filesystem>
 #include <functional>
@@ -39,8 +41,16 @@ struct VizOptions {
   std::filesystem::path out;    // empty: RUN_DIR/viz.html
   int64_t examples = 3;       // 1..8
   int64_t max_tokens = 64;    // 2..256: longest example shown (the page grows as examples x tokens^2)
+  bool serve = false;         // serve the page over HTTP instead of writing it (one run only)
+  std::string host = "127.0.0.1";
+  int port = 8000;            // 0: any free port (printed)
 };
 int run_viz(const VizOptions& options, std::ostream& out, std::ostream& err);
+// `viz --serve`: serves the page until SIGINT or SIGTERM (viz_serve.cpp). Prints
+// "serving http://HOST:PORT/" on `out` once listening; returns 0 after a signal stopped it, 1
+// when the run cannot be loaded, the address cannot be bound, or the program was built without
+// cpp-httplib.
+int run_viz_serve(const VizOptions& options, std::ostream& out, std::ostream& err);
 
 void add_analyze_command(CLI::App& app, int& status);
 void add_viz_command(CLI::App& app, int& status);
