@@ -197,7 +197,7 @@ VizService::Reply VizService::attend(std::string_view query) {
     data::Batch b{from_vector(ids, {1, N}),  // (1, N)
                   task.language_model || task.per_position ? zeros({1, N}, kInt64) : zeros({1}, kInt64)};
     json out = example_json(b, *q.input, std::nullopt);
-    out["note"] = fmt::format("your input ({} tokens)", n);
+    out["note"] = "your input";
     return {200, text_of(out)};
   } catch (const RequestError& e) {
     return {e.status, error_json(e.what())};
