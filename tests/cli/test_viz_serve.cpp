@@ -152,7 +152,7 @@ TEST_CASE("viz serve: the service answers an input with every head's map, and th
   fs::remove_all(run);
 }
 
-TEST_CASE("viz serve: a classifier's example is picked or edited as tokens; the prediction is a class") {
+TEST_CASE("viz serve: a classifier's example is picked or edited as tokens, and the prediction is a class") {
   const fs::path run = tiny_listops_run("listops");
   cli::VizOptions o;
   o.run_dir = run;
@@ -309,7 +309,7 @@ TEST_CASE("viz serve: the server answers the API on a free port, refuses malform
   fs::remove_all(run);
 }
 
-TEST_CASE("viz serve: headless Chromium types an input and submits it; the maps change; a refused input shows why") {
+TEST_CASE("viz serve: headless Chromium types an input and submits it, the maps change, a refused input shows why") {
   REQUIRE_MESSAGE(std::system("command -v chromium >/dev/null 2>&1") == 0,
                   "chromium is not installed: run sh cmake/install-deps.sh (Debian package chromium)");
   const fs::path run = tiny_lm_run("viz_serve", "browser");
