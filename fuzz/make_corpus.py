@@ -145,3 +145,10 @@ write("json", "meta", json.dumps({
     "segments": [{"start": "2026-01-01T00:00:00Z", "threads": 4}]}, indent=2))
 write("json", "meta_old", '{"experiment": "example", "start_time": "2026-01-01T00:00:00Z", "threads": 1}')
 write("json", "escapes", '["a\\"b\\\\c\\/\\b\\f\\n\\r\\t", "\\u00e9\\ud83d\\ude00", "\u00e9", -0.5e-3, 12345678901234567890, true, false, null, {}]')
+
+# ---- viz_request: /api/attend queries of attnlab viz --serve ----
+write("viz_request", "text", "input=the+cat+sat%0Aon+the+mat")
+write("viz_request", "listops", "input=%5BMAX+2+%5BMIN+4+7+%5D+0+%5D")
+write("viz_request", "example", "example=3")
+write("viz_request", "utf8", "input=caf%C3%A9+%F0%9F%98%80&")
+write("viz_request", "both", "input=a&example=1")

@@ -139,7 +139,7 @@ std::string png_label(const std::string& s) {
 // Previous-token and induction scores (analysis/circuits.hpp) of a token model on 16 repeated
 // random sequences as long as the task's inputs allow (2 K <= N), seed 0; not measured (examples
 // 0) for feature inputs or inputs shorter than 4 tokens.
-analysis::CircuitStats circuits(const catalog::LoadedRun& run, const analysis::Probe& probe) {
+analysis::CircuitStats circuits(const models::LoadedRun& run, const analysis::Probe& probe) {
   const runner::TaskData& t = run.task;
   if (t.vocab_size <= 0 || !probe.axis_tokens) return {};
   int64_t n = t.seq_len;
