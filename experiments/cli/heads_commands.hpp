@@ -42,7 +42,7 @@ int run_analyze(const AnalyzeOptions& options, std::ostream& out, std::ostream& 
 
 /// The options of `attnlab viz RUN_DIR [OTHER_RUN]`.
 struct VizOptions {
-  std::filesystem::path run_dir;
+  std::filesystem::path run_dir;  ///< the run shown
   std::filesystem::path other;  ///< a second run shown side by side on the same examples; empty: none
   std::filesystem::path out;    ///< empty: RUN_DIR/viz.html
   int64_t examples = 3;       ///< 1..8
