@@ -16,6 +16,7 @@
 // `--set model.attention=talking_heads(heads=8)` needs no quotes.
 #pragma once
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <variant>
 #include <vector>
@@ -42,6 +43,10 @@ struct Field {
   FieldType type = FieldType::Int;
   Value value;      // the default
   std::string help;
+  // An int key's accepted range (Schema::bound); the whole int64 range when unbounded.
+  int64_t min = std::numeric_limits<int64_t>::min();
+  int64_t max = std::numeric_limits<int64_t>::max();
+  bool bounded() const { return min != std::numeric_limits<int64_t>::min() || max != std::numeric_limits<int64_t>::max(); }
 };
 
 // The keys an experiment reads. Builder style:
@@ -61,6 +66,12 @@ class Schema {
   Schema& add(const std::string& key, const char* def, const std::string& help) {
     return add(key, std::string(def), help);
   }
+  // The range [min, max] of the int key `key` (added before): every count key has one, so that no
+  // value makes a loop that does not end (eval.batches = 2147483647) or an allocation that
+  // cannot succeed. A value outside it is a ConfigError naming the key, the value, its source and
+  // the range (docs/experiments.md, "Bounded counts"). A key not added, or not an int, is a
+  // schema error like a bad add.
+  Schema& bound(const std::string& key, int64_t min, int64_t max);
   const Field* find(const std::string& key) const;  // nullptr when absent
   const std::vector<Field>& fields() const { return fields_; }
   // The first bad add ("" when none), e.g. "Schema: key 'train.steps' added twice".
