@@ -92,7 +92,8 @@ int64_t attention_params(const nn::EncoderClassifier& model, const std::vector<s
 // Gate trajectories from metrics.jsonl (complete across resumes, unlike anything in memory).
 void plot_gates(RunContext& ctx) {
   std::map<std::string, plot::Series> series;
-  std::istringstream in(read_text((ctx.dir() / "metrics.jsonl").string(), kMetricsFileBound));
+  const std::filesystem::path metrics = ctx.dir() / "metrics.jsonl";  // absent on ranks other than 0
+  std::istringstream in(std::filesystem::exists(metrics) ? read_text(metrics.string(), kMetricsFileBound) : "");
   std::string line;
   while (std::getline(in, line)) {
     auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);

@@ -14,6 +14,8 @@
 
 #include <cmath>
 #include <optional>
+#include <tuple>
+#include <vector>
 
 #include "attnlab.hpp"
 #include "experiments/analysis/ngram.hpp"
@@ -85,17 +87,18 @@ int64_t eval_context(const Config& config, const TaskData& task) {
 
 // task.pack needs an attention that takes segment ids (retention and fnet do not). Asked of the
 // model before the first step, so that the run and its dry run refuse it alike: one forward of
-// one row in eval mode, without gradient, the default generator restored (the run draws the same
-// numbers as without the probe).
+// one row in eval mode, without gradient, with the default generator and every generator of the
+// model restored afterwards (the run draws the same numbers as without the probe).
 void check_takes_segments(nn::CausalLM& model, int64_t n) {
   NoGradGuard no_grad;
-  Generator& g = default_generator();
-  const uint64_t seed = g.seed(), offset = g.offset();
+  std::vector<std::tuple<Generator*, uint64_t, uint64_t>> kept{
+      {&default_generator(), default_generator().seed(), default_generator().offset()}};
+  for (auto& [name, g] : model.named_generators()) kept.emplace_back(g, g->seed(), g->offset());
   model.eval();
   const Tensor row = zeros({1, n}, kInt64);  // (1, N): token 0, one segment
   model.forward(row, row);
   model.train();
-  g.set_state(seed, offset);
+  for (const auto& [g, seed, offset] : kept) g->set_state(seed, offset);
 }
 
 void run_lm(const Config& config, RunContext& ctx) {

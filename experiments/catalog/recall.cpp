@@ -27,7 +27,7 @@ Schema recall_schema() {
   s.add("task.num_queries", int64_t(0), "mqar: queries per example, distinct keys of its pairs (0 = task.num_pairs)");
   s.add("task.pair_tokens", int64_t(1),
         "mqar: positions per key-value pair, 1 (one id per pair) or 2 (k v, Zoology's layout; docs/experiments.md)");
-  s.bound("task.num_queries", 0, 1 << 20);
+  s.bound("task.num_queries", 0, 1 << 20).bound("task.pair_tokens", 0, 1 << 20);
   add_model_keys(s, {.attention = "mha(heads=2)", .d_model = 32, .layers = 2, .ffn_hidden = 64});
   s.add("model.causal", "auto",
         "auto (false for mqar, true for induction) | true | false: causal self-attention in every block");

@@ -50,10 +50,12 @@ MainRun analyze(const fs::path& run) {
 }  // namespace
 
 TEST_CASE("empty values: --shard \"\" and --run-dir \"\" are usage errors naming the option") {
+  const fs::path sweep = fresh_run_dir("input_faults", "empty.toml");  // the sweep file must exist
+  std::ofstream(sweep) << "experiment = \"lm\"\n";
   for (const auto& [args, option] : std::vector<std::pair<std::vector<std::string>, std::string>>{
-           {{"sweep", "no_such.toml", "--shard", ""}, "--shard"},
+           {{"sweep", sweep.string(), "--shard", ""}, "--shard"},
            {{"run", "lm", "--run-dir", ""}, "--run-dir"},
-           {{"report", ""}, "run_dirs"},
+           {{"analyze", ""}, "run_dir"},
        }) {
     CAPTURE(option);
     const MainRun r = run_main(args);
@@ -61,6 +63,7 @@ TEST_CASE("empty values: --shard \"\" and --run-dir \"\" are usage errors naming
     CHECK_MESSAGE(has(r.err, "must not be empty"), r.err);
     CHECK_MESSAGE(has(r.err, option), r.err);
   }
+  fs::remove(sweep);
 }
 
 TEST_CASE("analyze: an edited checkpoint step, summary.json holding [], NaN weights and an unfinished run") {

@@ -207,7 +207,7 @@ TEST_CASE("dist: mpirun -np 3 and -np 4 equal one process accumulating the same 
     CAPTURE(ranks);
     const fs::path mpi = fresh_run_dir(fmt::format("mpirun{}", ranks)), acc = fresh_run_dir(fmt::format("mpirun_acc{}", ranks));
     const std::vector<std::string> sets =
-        tiny_lm({"train.batch_size=12", "model.attention=mha(heads=4,key_bias=false)"});
+        tiny_lm({"train.batch_size=12", "'model.attention=mha(heads=4,key_bias=false)'"});  // quoted for the shell
     std::vector<std::string> accumulated = sets;
     accumulated.push_back(fmt::format("train.accumulate={}", ranks));
     REQUIRE_MESSAGE(attnlab_run(mpi, ranks, sets) == 0, read_file(mpi.string() + ".out"));
