@@ -24,6 +24,7 @@
 #include "experiments/runner/dir_lock.hpp"
 #include "experiments/runner/program_name.hpp"
 #include "experiments/runner/task.hpp"
+#include "experiments/runner/stop_scope.hpp"
 #include "experiments/runner/trainer.hpp"
 #include "nn/lm_checkpoint.hpp"
 #include "tensor/bf16_info.hpp"
@@ -134,8 +135,13 @@ bool refuse(const std::string& name, std::string message) {
 // ---- signals ----
 
 std::atomic<bool> g_signal{false};
+std::atomic<int> g_signal_count{0};  // signals of this run so far (stop_point compares)
+int g_stop_baseline = 0;             // StopPointScope: signals before the scope do not count
 
-void on_signal(int) { g_signal.store(true); }
+void on_signal(int) {
+  g_signal.store(true);
+  g_signal_count.fetch_add(1);
+}
 
 // ---- small helpers ----
 
@@ -441,8 +447,11 @@ std::optional<std::pair<int64_t, TensorMap>> RunContext::load_checkpoint() const
 bool RunContext::should_stop() const { return stop_requested_ || g_signal.load(); }
 
 void stop_point() {
-  if (g_signal.load() && dist::world_size() == 1) throw RunStopped();
+  if (g_signal_count.load() > g_stop_baseline && dist::world_size() == 1) throw RunStopped();
 }
+
+StopPointScope::StopPointScope() : saved_(g_stop_baseline) { g_stop_baseline = g_signal_count.load(); }
+StopPointScope::~StopPointScope() { g_stop_baseline = saved_; }
 void RunContext::request_stop() { stop_requested_ = true; }
 
 const TaskData& RunContext::data() {
@@ -580,6 +589,8 @@ struct SignalGuard {
   struct sigaction old_int{}, old_term{};
   SignalGuard() {
     g_signal.store(false);
+    g_signal_count.store(0);
+    g_stop_baseline = 0;
     struct sigaction sa{};
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);

@@ -2,6 +2,8 @@
 // groups of train.groups and the initialisation from another run of train.init_from.
 #include "experiments/runner/trainer.hpp"
 
+#include "experiments/runner/stop_scope.hpp"
+
 #include <charconv>
 #include <chrono>
 #include <cmath>
@@ -557,6 +559,7 @@ bool Trainer::fit() {
       NoGradGuard no_grad;
       model_.eval();
       try {
+        const StopPointScope scope;  // a signal from the step itself waits for the next step
         last_eval_ = evaluate(step_);
       } catch (const RunStopped&) {
         // A stop signal during the evaluation: the step is trained, so its checkpoint is saved;
