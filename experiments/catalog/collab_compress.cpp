@@ -50,6 +50,7 @@ Schema collab_schema() {
         "AdamW steps of each converted model and of the mha control (0 = no fine-tuning)");
   s.add("collab.finetune_lr", 1e-3, "learning rate of the fine-tuning (constant)");
   s.add("collab.cp_iterations", int64_t(300), "maximum ALS sweeps of each CP decomposition");
+  s.bound("collab.finetune_steps", 0, kMaxSteps).bound("collab.cp_iterations", 0, 1'000'000);
   return s;
 }
 

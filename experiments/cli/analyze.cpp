@@ -20,6 +20,7 @@
 #include "experiments/data/listops.hpp"
 #include "experiments/plot/png.hpp"
 #include "tensor/io.hpp"
+#include "experiments/runner/file_bounds.hpp"
 
 namespace attnlab::cli {
 
@@ -110,13 +111,19 @@ analysis::StatsConfig analyze_detail::stats_config(const models::LoadedRun& run,
 namespace {
 
 
+// summary.json when the run has one: a JSON object whose "experiment" and "status" are strings and
+// "metrics" an object, as run_experiment writes it; FileError naming the file otherwise.
 std::optional<json> read_summary(const fs::path& dir) {
-  std::ifstream in(dir / "summary.json");
-  if (!in) return std::nullopt;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  json j = json::parse(ss.str(), nullptr, false);
-  if (j.is_discarded()) return std::nullopt;
+  const fs::path p = dir / "summary.json";
+  if (!fs::exists(p)) return std::nullopt;
+  json j = json::parse(read_text(p.string(), runner::kRecordFileBound), nullptr, false);
+  if (j.is_discarded()) fail<FileError>("{}: not valid JSON", p.string());
+  if (!j.is_object()) fail<FileError>("{}: expected a JSON object, got a JSON {}", p.string(), j.type_name());
+  for (const char* key : {"experiment", "status"})
+    if (j.contains(key) && !j[key].is_string())
+      fail<FileError>("{}: \"{}\" must be a string, got a JSON {}", p.string(), key, j[key].type_name());
+  if (j.contains("metrics") && !j["metrics"].is_object())
+    fail<FileError>("{}: \"metrics\" must be an object, got a JSON {}", p.string(), j["metrics"].type_name());
   return j;
 }
 

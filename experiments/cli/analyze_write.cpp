@@ -72,7 +72,7 @@ json analysis_json(const AnalyzeOptions& o, const models::LoadedRun& run, const 
   const analysis::RoleThresholds& t = m.thresholds;
   json j;
   j["run_dir"] = o.run_dir.string();
-  j["experiment"] = summary ? summary->value("experiment", "") : "";
+  j["experiment"] = run.experiment;  // from meta.json: an unfinished run has no summary.json
   j["task"] = run.task.name;
   j["attention"] = run.config.get_string("model.attention");
   j["step"] = run.step;

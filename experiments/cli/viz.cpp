@@ -28,6 +28,7 @@
 #include "experiments/plot/png.hpp"
 #include "experiments/runner/config.hpp"
 #include "tensor/io.hpp"
+#include "experiments/runner/file_bounds.hpp"
 
 namespace attnlab::cli {
 namespace viz_detail {
@@ -95,11 +96,9 @@ namespace {
 
 // analysis.json's per-head numbers, when `attnlab analyze` has written it next to the run.
 json head_summary(const fs::path& run_dir) {
-  std::ifstream in(run_dir / "analysis" / "analysis.json");
-  if (!in) return nullptr;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  json a = json::parse(ss.str(), nullptr, false);
+  if (!fs::exists(run_dir / "analysis" / "analysis.json")) return nullptr;
+  json a = json::parse(read_text((run_dir / "analysis" / "analysis.json").string(), runner::kRecordFileBound), nullptr,
+                       false);
   if (a.is_discarded() || !a.contains("layers")) return nullptr;
   json heads = json::array();
   for (const json& l : a["layers"])

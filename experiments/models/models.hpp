@@ -77,6 +77,7 @@ Scores evaluate_classifier(nn::EncoderClassifier& model, const runner::TaskData&
 /// schema, the task built from it, and the "model." tensors of checkpoint.safetensors loaded.
 /// FileError when a file is missing; ConfigError when config.toml does not fit the schema.
 struct LoadedRun {
+  std::string experiment;  ///< meta.json's experiment name
   runner::Config config;
   runner::TaskData task;
   std::shared_ptr<nn::Module> model;

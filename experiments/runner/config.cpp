@@ -3,6 +3,8 @@
 // error can name the key, the source and the line.
 #include "experiments/runner/config.hpp"
 #include "experiments/runner/config_diff.hpp"
+#include "experiments/runner/file_bounds.hpp"
+#include "tensor/io.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -107,12 +109,7 @@ std::string read_file(const std::string& path) {
   if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
     fail<FileError>("config: '{}' is {}, not a regular file", path,
                     std::filesystem::is_directory(path, ec) ? "a directory" : "a special file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail<FileError>("config: cannot read '{}'", path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) fail<FileError>("config: error while reading '{}'", path);
-  return ss.str();
+  return read_text(path, kConfigFileBound);
 }
 
 std::string trim(const std::string& s) {
@@ -202,6 +199,25 @@ Schema& Schema::add(const std::string& key, const std::string& def, const std::s
   return add_field(*this, fields_, error_, key, Value(def), help);
 }
 
+Schema& Schema::bound(const std::string& key, int64_t min, int64_t max) {
+  auto it = std::find_if(fields_.begin(), fields_.end(), [&](const Field& f) { return f.key == key; });
+  std::string problem;
+  if (it == fields_.end())
+    problem = fmt::format("Schema: bound of key '{}', which is not in the schema", key);
+  else if (it->type != FieldType::Int)
+    problem = fmt::format("Schema: bound of key '{}', which is a {}, not an int", key, type_name(it->type));
+  else if (min > max || std::get<int64_t>(it->value) < min || std::get<int64_t>(it->value) > max)
+    problem = fmt::format("Schema: key '{}': the range [{}, {}] is empty or leaves out the default {}", key, min, max,
+                          std::get<int64_t>(it->value));
+  if (problem.empty()) {
+    it->min = min;
+    it->max = max;
+  } else if (error_.empty()) {
+    error_ = std::move(problem);
+  }
+  return *this;
+}
+
 const Field* Schema::find(const std::string& key) const {
   for (const Field& f : fields_)
     if (f.key == key) return &f;
@@ -229,6 +245,12 @@ void Config::set_value(const std::string& key, const Value& value, const std::st
     fail<ConfigError>("{}: key '{}' expects {}, got {}", source, key, type_name(it->type), describe(v));
   if (it->type == FieldType::Float && std::isnan(std::get<double>(v)))
     fail<ConfigError>("{}: key '{}' expects a number, got nan", source, key);
+  if (it->type == FieldType::Int) {
+    const int64_t n = std::get<int64_t>(v);
+    if (n < it->min || n > it->max)
+      fail<ConfigError>("{}: {} = {} is out of its range [{}, {}] (docs/experiments.md, \"Bounded counts\")", source, key,
+                        n, it->min, it->max);
+  }
   values_[i] = std::move(v);
   origins_[i] = source;
 }

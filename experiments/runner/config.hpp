@@ -18,6 +18,7 @@
 /// @ingroup runner
 #pragma once
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <variant>
 #include <vector>
@@ -45,9 +46,13 @@ std::string to_toml_value(const Value& v);
 /// One config key: its name, type, default and help line.
 struct Field {
   std::string key;  ///< dotted, e.g. "model.attention"
-  FieldType type = FieldType::Int;  ///< the key's type
+  FieldType type = FieldType::Int;
   Value value;      ///< the default
-  std::string help;  ///< one line for `attnlab list EXPERIMENT`
+  std::string help;
+  /// An int key's accepted range (Schema::bound); the whole int64 range when unbounded.
+  int64_t min = std::numeric_limits<int64_t>::min();
+  int64_t max = std::numeric_limits<int64_t>::max();
+  bool bounded() const { return min != std::numeric_limits<int64_t>::min() || max != std::numeric_limits<int64_t>::max(); }
 };
 
 /// The keys an experiment reads. Builder style:
@@ -68,8 +73,14 @@ class Schema {
   Schema& add(const std::string& key, const char* def, const std::string& help) {
     return add(key, std::string(def), help);
   }
+  /// The range [min, max] of the int key `key` (added before): every count key has one, so that no
+  /// value makes a loop that does not end (eval.batches = 2147483647) or an allocation that
+  /// cannot succeed. A value outside it is a ConfigError naming the key, the value, its source and
+  /// the range (docs/experiments.md, "Bounded counts"). A key not added, or not an int, is a
+  /// schema error like a bad add.
+  Schema& bound(const std::string& key, int64_t min, int64_t max);
   const Field* find(const std::string& key) const;  ///< nullptr when absent
-  const std::vector<Field>& fields() const { return fields_; }  ///< every key, in the order added
+  const std::vector<Field>& fields() const { return fields_; }
   /// The first bad add ("" when none), e.g. "Schema: key 'train.steps' added twice".
   const std::string& error() const { return error_; }
 

@@ -153,11 +153,42 @@ MetaSession append_meta_session(const std::string& text, const std::string& path
 
 /// `attnlab run --dry-run`: resolves and validates the config as run_experiment does, writes it
 /// to `out` as TOML (usable as a --config file) and tells `console` what a run would do with
-/// request.run_dir (fresh, resume, nothing to do, set aside with --force, or refuse). Creates and
-/// changes nothing. Returns the exit status the run would start with: 0, or kExitUsage.
+/// request.run_dir (fresh, resume, nothing to do, set aside with --force, or refuse). Then it runs
+/// the experiment in a dry RunContext (RunContext::Options::dry_run), which stops it before its
+/// first step: everything the run checks before training (the task's data, the model, the
+/// checkpoint a resume would read, train.init_from, train.groups, the optimizer's keys) is checked
+/// by the same code, and an error is reported with the run's message. Creates and changes nothing.
+/// Returns the exit status the run would start with: 0, or kExitUsage.
 int dry_run_experiment(const RunRequest& request, std::ostream& out, std::ostream& console);
 
-/// What an experiment's run function receives: its config, its run directory, logging, metrics, checkpoints and stop requests (see the file's description).
+/// The config checks run before anything is created, shared by run, run --dry-run and the sweep's
+/// validation: the experiment's own check (Experiment::check) and the split of train.batch_size
+/// into `world_size` x train.accumulate micro-batches.
+void check_config(const Experiment& e, const Config& config, int world_size);
+
+/// The rule for a run directory's path (docs/experiments.md, "The run directory"), checked by run
+/// and run --dry-run before anything is created: not empty, valid UTF-8 (it is recorded in
+/// meta.json, a JSON file), and creatable (its nearest existing ancestor is a directory this
+/// process may write). ConfigError naming --run-dir, the path and the defect.
+void check_run_dir_path(const std::filesystem::path& dir);
+
+/// Thrown by stop_point(): a stop signal arrived during an evaluation. The Trainer catches it
+/// (saving the checkpoint of the step just trained) and so does run_experiment (exit status 3);
+/// an experiment lets it pass.
+struct RunStopped : std::exception {
+  const char* what() const noexcept override { return "stopped by a signal"; }
+};
+/// Called between the batches of an evaluation: throws RunStopped once SIGINT or SIGTERM arrived
+/// in a single-process run, so that a stop signal is honoured during evaluation as during
+/// training. Under mpirun it does nothing: the ranks agree on a stop at the next step instead.
+void stop_point();
+
+/// The step of a run's checkpoint file, checked as a resume checks it (and analyze, viz and
+/// generate, which read the same file): the metadata "step", a non-negative integer, equal to the
+/// run.step and trainer.step tensors where the file has them. FileError naming the file and the
+/// disagreeing values ("the file is damaged or edited") otherwise.
+int64_t checkpoint_step(const std::filesystem::path& file, const Metadata& meta, const TensorMap& tensors);
+
 class RunContext {
  public:
   /// Where the console output goes and how progress is shown.
@@ -165,6 +196,12 @@ class RunContext {
     std::ostream* console = nullptr;  ///< log lines and progress also go here (nullptr: log.txt only)
     bool tty = false;                 ///< redraw one progress line instead of periodic log lines
     double progress_interval = 10;    ///< seconds between plain progress lines
+    /// A dry run (dry_run_experiment): nothing is created or written (no directory, log.txt,
+    /// metrics, checkpoint, summary or artifact), the checkpoint the run would resume from is
+    /// read and checked when dry_run_resumes, and Trainer::fit returns (false) before the first
+    /// step, after every check the run makes before it.
+    bool dry_run = false;
+    bool dry_run_resumes = false;
   };
   /// Built by run_experiment; tests may build one directly. Creates `dir`; when it holds
   /// checkpoint.safetensors, restores the generator, the training time and the peak RSS from it
@@ -207,6 +244,8 @@ class RunContext {
 
   /// True once SIGINT or SIGTERM arrived: save a checkpoint and return from the experiment.
   bool should_stop() const;
+  /// Options::dry_run.
+  bool dry_run() const { return options_.dry_run; }
 
   /// The task's data, built once from the config's task.* keys (experiments/runner/task.hpp).
   /// ConfigError when the experiment's schema has no `task.name`.

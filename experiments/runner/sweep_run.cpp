@@ -33,6 +33,7 @@
 #include "nn/attention/registry.hpp"
 #include "experiments/runner/sweep.hpp"
 #include "tensor/io.hpp"
+#include "experiments/runner/file_bounds.hpp"
 
 namespace attnlab::runner {
 namespace fs = std::filesystem;
@@ -89,12 +90,7 @@ int available_cores() {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
-std::string read_file(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+std::string read_file(const fs::path& p) { return read_text(p.string(), kConfigFileBound); }
 
 // Starts `exe args...` in `run_dir` with stdout and stderr appended to run_dir/stdout.txt.
 // Everything the child needs is built before fork(): between fork and exec only async-signal-safe
@@ -181,30 +177,40 @@ Config resolve_run_config(const SweepSpec& spec, const Point& point) {
 
 void validate_sweep(const SweepSpec& spec, const std::vector<Point>& points) {
   const Experiment& experiment = find_experiment(spec.experiment);
-  std::set<std::pair<std::string, int64_t>> built;  // (spec, d_model) pairs already checked
-  std::set<std::string> checked;                     // configs (seed 0) already checked
+  std::map<std::pair<std::string, int64_t>, std::string> built;  // (spec, d_model) -> the layer's full spec
+  std::set<std::string> checked;                                 // configs (seed 0) already checked
+  std::map<std::string, size_t> runs;  // each run's config, equal as values -> its first index
   for (size_t i = 0; i < points.size(); ++i) {
     const Config c = resolve_run_config(spec, points[i]);
+    Config same = c;  // the config as values: a spec in its canonical (pinned) form
     if (c.schema().find("model.attention") && c.schema().find("model.d_model")) {
       const std::string attention = c.get_string("model.attention");
       const int64_t d_model = c.get_int("model.d_model");
-      if (built.insert({attention, d_model}).second) {
+      auto it = built.find({attention, d_model});
+      if (it == built.end()) {
         try {
-          nn::make_attention(attention, d_model);
+          it = built.emplace(std::pair{attention, d_model}, nn::make_attention(attention, d_model)->spec()).first;
         } catch (const Error& e) {
           fail<SweepError>("{}: run {} ({}): model.attention '{}' with model.d_model {} does not build: {}", spec.path,
                            i, point_label(points[i]), attention, d_model, e.what());
         }
       }
+      same.set_value("model.attention", it->second, "validate_sweep");
     }
-    // What `attnlab run` checks before it creates a run directory (Experiment::check), once per
-    // config with the seed aside (a check does not read it).
-    if (!experiment.check) continue;
+    // Values equal as values (lr 1 and 1.0, a spec with other spacing or option order, a zip pair
+    // given twice) would run the same configuration twice under two names.
+    if (auto [first, fresh] = runs.emplace(same.to_json(), i); !fresh)
+      fail<SweepError>("{}: run {} ({}) and run {} ({}) are the same configuration: their values are equal as values "
+                       "(numbers compare as numbers, attention specs as the layers they build); remove one",
+                       spec.path, first->second, point_label(points[first->second]), i, point_label(points[i]));
+    // What `attnlab run` checks before it creates a run directory (check_config: the experiment's
+    // check and the micro-batch split of one process), once per config with the seed aside (a
+    // check does not read it).
     Config unseeded = c;
     unseeded.set_value("seed", int64_t(0), "validate_sweep");
     if (!checked.insert(unseeded.to_json()).second) continue;
     try {
-      experiment.check(c);
+      check_config(experiment, c, 1);
     } catch (const Error& e) {
       fail<SweepError>("{}: run {} ({}): {}", spec.path, i, point_label(points[i]), e.what());
     }

@@ -68,7 +68,9 @@ struct TrainDefaults {
   std::string groups = "";       ///< parameter groups by name pattern (parse_groups); "" = none
   int64_t accumulate = 1;        ///< micro-batches per step on each rank
 };
-/// Adds the train.* keys with these defaults to `schema`; returns it.
+/// The upper bound of train.steps and of the step counts beside it (docs/experiments.md, "Bounded
+/// counts"): 10^8 steps, years of training at the speeds of this machine.
+inline constexpr int64_t kMaxSteps = 100'000'000;
 Schema& add_train_keys(Schema& schema, const TrainDefaults& defaults = {});
 
 /// train.precision: "float32" (the default) or "bf16": matrix products under autocast

@@ -115,6 +115,10 @@ HeadConfig read_head_config(const Options& o, int64_t d_model, int64_t heads_for
   c.gate.gamma = o.get_double("gate_gamma");
   c.gate.zeta = o.get_double("gate_zeta");
   c.gate.hard = o.get_bool("gate_hard");
+  // Like rope_base without rope: a gate sub-option without a gate would be dropped silently.
+  if (c.gate.kind == "none")
+    for (const char* sub : {"gate_init", "gate_temperature", "gate_gamma", "gate_zeta", "gate_hard"})
+      if (o.given(sub)) o.reject(sub, "needs gate=hard_concrete");
   return c;
 }
 

@@ -97,7 +97,9 @@ MhaOptions read_mha_options(const Options& o, const HeadConfig& c) {
   m.softpick_eps = o.get_double("softpick_eps");
   if (o.given("softpick_eps") && m.score != ScoreFunction::Softpick)
     o.reject("softpick_eps", fmt::format("applies to score=softpick only, got score={}", score));
-  if (!(m.softpick_eps >= 0)) o.reject("softpick_eps", "must be >= 0");
+  // eps > 0: a fully masked row is 0 / (0 + eps) = 0; with eps = 0 it would be 0 / 0.
+  if (!(m.softpick_eps > 0) || std::isinf(m.softpick_eps))
+    o.reject("softpick_eps", "must be a finite eps > 0 (a fully masked row divides 0 by eps)");
   m.sinks = o.get_bool("sinks");
   if (m.sinks && m.score != ScoreFunction::Softmax)
     o.reject("sinks", fmt::format("needs score=softmax (allowed with sinks: softmax), got score={}", score));

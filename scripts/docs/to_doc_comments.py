@@ -10,7 +10,8 @@ body):
   - the comment at the top of the file becomes the file's documentation, with `@ingroup`.
 The file's declarations are wrapped in `@addtogroup <module>` ... `@}`.
 
-Usage: to_doc_comments.py HEADER...   (rewrites in place; running it twice changes nothing)
+Usage: to_doc_comments.py HEADER...   (rewrites in place; running it twice changes nothing; on a
+converted header it converts only the comments added since)
 """
 import re
 import sys
@@ -81,20 +82,23 @@ def convert(path, text):
     while i < len(lines) and lines[i].startswith("//"):
         head.append(lines[i])
         i += 1
-    if head and head[0].startswith("/// @file"):
-        return text  # already converted
-    out.append("/// @file")
-    for h in head:
-        body = h[2:]
-        out.append("///" + body)
-    if group:
-        out.append(f"/// @ingroup {group}")
+    converted = bool(head and head[0].startswith("/// @file"))
+    if converted:
+        out.extend(head)  # file comment and group already in place: convert what was added since
+    else:
+        out.append("/// @file")
+        for h in head:
+            body = h[2:]
+            out.append("///" + body)
+        if group:
+            out.append(f"/// @ingroup {group}")
 
     stack = []  # 'scope' or 'body' per open brace
     statement = ""  # code since the last ; { or }
     pending = []  # indices in `out` of a comment-only block at scope level
     trailing_col = None  # column of the last converted trailing comment
     opened_group = False
+    group_done = converted
     in_block_comment = False
     for line in lines[i:]:
         stripped = line.strip()
@@ -104,7 +108,7 @@ def convert(path, text):
             if "*/" in line:
                 in_block_comment = False
             continue
-        if group and not opened_group and re.match(r"^namespace\b", line):
+        if group and not opened_group and not group_done and re.match(r"^namespace\b", line):
             out.append(f"/// @addtogroup {group}")
             out.append("/// @{")
             opened_group = True

@@ -45,7 +45,6 @@ TEST_CASE("model keys: errors name the key, the value and the variant") {
   c.set("model.heads=4");
   CHECK(error_of([&] { models::attention_spec(c); }) == "model.heads = 4 (from --set): attention 'fnet' has no option 'heads'");
   Config n = model_config("mha(heads=4)");
-  n.set("model.key_size=-1");
-  CHECK(error_of([&] { models::attention_spec(n); }) ==
-        "model.key_size must be >= 0 (0 = as in the spec), got -1 (from --set)");
+  CHECK(error_of([&] { n.set("model.key_size=-1"); }) ==
+        "--set: model.key_size = -1 is out of its range [0, 65536] (docs/experiments.md, \"Bounded counts\")");
 }

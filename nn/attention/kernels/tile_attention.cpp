@@ -554,7 +554,7 @@ void check_options(const TileOptions& o, int64_t heads, DType dtype, const char*
   }
   if (o.score != TileScore::Softmax && o.need_lse)
     fail<ValueError>("{}: score {} has no lse (need_lse)", op, score_name(o.score));
-  if (!(o.softpick_eps >= 0)) fail<ValueError>("{}: softpick_eps must be >= 0, got {}", op, o.softpick_eps);
+  if (!(o.softpick_eps > 0)) fail<ValueError>("{}: softpick_eps must be > 0, got {}", op, o.softpick_eps);
 }
 
 }  // namespace
