@@ -40,10 +40,10 @@ struct Extent {
 Extent checked_extent(const std::string& path, const std::vector<int64_t>& shape, int64_t itemsize,
                       const std::string& what);
 
-// Opens `path` for reading under the rule of docs/io.md ("Files read whole"): it must be a regular
-// file (a link is followed; a FIFO, device, socket or directory is refused without blocking: the
-// open is non-blocking and the type is read from the open descriptor) of at most `max_bytes`
-// bytes. Returns the descriptor (blocking again, close-on-exec) and sets `*size`.
+/// Opens `path` for reading under the rule of docs/io.md ("Files read whole"): it must be a regular
+/// file (a link is followed; a FIFO, device, socket or directory is refused without blocking: the
+/// open is non-blocking and the type is read from the open descriptor) of at most `max_bytes`
+/// bytes. Returns the descriptor (blocking again, close-on-exec) and sets `*size`.
 int open_regular_file(const std::string& path, int64_t max_bytes, int64_t* size);
 
 class InFile {

@@ -143,8 +143,8 @@ Tensor scalar_tensor(double value, DType dtype = kFloat32);  ///< A 0-d tensor h
 }  // namespace attnlab
 
 /// @cond fmt_formatters
-// fmt::format("{}", x) for Dims, DType and Tensor (Doxygen cannot scope specialisations of
-// another library's templates, so they are left out of the reference).
+/// fmt::format("{}", x) for Dims, DType and Tensor (Doxygen cannot scope specialisations of
+/// another library's templates, so they are left out of the reference).
 template <>
 struct fmt::formatter<attnlab::Dims> : fmt::formatter<std::string> {
   auto format(const attnlab::Dims& d, format_context& ctx) const {

@@ -93,10 +93,10 @@ CLI::Validator int_range(int64_t lo, int64_t hi);
 /// parsing).
 void check_range(const std::string& option, int64_t v, int64_t lo, int64_t hi);
 
-// The rule for empty values (docs/cli.md, "Options"): an option or positional given an empty
-// value (--shard "", --run-dir "") is a usage error naming it ("--run-dir: must not be empty"),
-// never read as "not given". Attached to every option of `app` and of its subcommands that takes
-// a value, except generate's --prompt (an empty prompt is text like any other).
+/// The rule for empty values (docs/cli.md, "Options"): an option or positional given an empty
+/// value (--shard "", --run-dir "") is a usage error naming it ("--run-dir: must not be empty"),
+/// never read as "not given". Attached to every option of `app` and of its subcommands that takes
+/// a value, except generate's --prompt (an empty prompt is text like any other).
 void refuse_empty_values(CLI::App& app);
 
 }  // namespace attnlab::cli

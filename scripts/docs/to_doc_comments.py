@@ -25,6 +25,7 @@ GROUPS = [
     ("dist/", "dist"),
     ("experiments/runner/", "runner"),
     ("experiments/catalog/", "runner"),
+    ("experiments/models/", "runner"),
     ("runner.hpp", "runner"),
     ("experiments/data/", "data"),
     ("experiments/analysis/", "analysis"),

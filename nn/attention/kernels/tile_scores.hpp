@@ -1,25 +1,27 @@
-// The score policies of the tiled attention kernel (tile_attention.cpp): how one score kind turns
-// a block of scores into the weights that multiply V, carries its running row statistics across
-// key tiles, finishes a row, and differentiates. One type per TileScore, each a few functions; the
-// kernel's loops are templates over the policy, so no loop asks which kind it runs.
-//
-//   SoftmaxScore   online softmax (Dao et al. 2022): running max m and normaliser l, optional sinks
-//                  (m = sink, l = 1 at the start of each row); lse = m + log l is saved
-//   SigmoidScore   P = sigmoid(S + bias) on allowed entries, no normaliser and no row state
-//   SoftpickScore  running c = max(0, row max) from 0: e = e^(S - c) - e^(-c), l += |e|,
-//                  weights relu(e); O = acc / (l + eps); L = c + log(l + eps) saved in the lse slot,
-//                  c in its own row
-//
-// Every policy has the same members, which the kernel calls:
-//   start_max(h), start_sum()        a row's (m, l) before its first key tile
-//   block(S, r, c, m, l, acc, dv)    S (r, c) scores -> weights in place, m, l (r) updated and
-//                                    acc (r, dv) rescaled when m grows
-//   finish(acc, m, l, dv, out, lse, b, h, i)  row i's output (dv) and saved statistic(s)
-//   row_c(b, h, i)                   the extra saved row value backward needs (softpick's c; else 0)
-//   probabilities(row, c, lse)       backward: a row's weights recomputed from its scores and lse
-//   grad(p, s, dp, D, lse, cmax)     dL/dS of one entry from its weight p, score s, dL/dP, the row's
-//                                    D = rowsum(dO * O) - dlse, lse and c
-//   needs_scores                     whether grad reads s (backward keeps a copy of the scores)
+/// @file
+/// The score policies of the tiled attention kernel (tile_attention.cpp): how one score kind turns
+/// a block of scores into the weights that multiply V, carries its running row statistics across
+/// key tiles, finishes a row, and differentiates. One type per TileScore, each a few functions; the
+/// kernel's loops are templates over the policy, so no loop asks which kind it runs.
+///
+///   SoftmaxScore   online softmax (Dao et al. 2022): running max m and normaliser l, optional sinks
+///                  (m = sink, l = 1 at the start of each row); lse = m + log l is saved
+///   SigmoidScore   P = sigmoid(S + bias) on allowed entries, no normaliser and no row state
+///   SoftpickScore  running c = max(0, row max) from 0: e = e^(S - c) - e^(-c), l += |e|,
+///                  weights relu(e); O = acc / (l + eps); L = c + log(l + eps) saved in the lse slot,
+///                  c in its own row
+///
+/// Every policy has the same members, which the kernel calls:
+///   start_max(h), start_sum()        a row's (m, l) before its first key tile
+///   block(S, r, c, m, l, acc, dv)    S (r, c) scores -> weights in place, m, l (r) updated and
+///                                    acc (r, dv) rescaled when m grows
+///   finish(acc, m, l, dv, out, lse, b, h, i)  row i's output (dv) and saved statistic(s)
+///   row_c(b, h, i)                   the extra saved row value backward needs (softpick's c; else 0)
+///   probabilities(row, c, lse)       backward: a row's weights recomputed from its scores and lse
+///   grad(p, s, dp, D, lse, cmax)     dL/dS of one entry from its weight p, score s, dL/dP, the row's
+///                                    D = rowsum(dO * O) - dlse, lse and c
+///   needs_scores                     whether grad reads s (backward keeps a copy of the scores)
+/// @ingroup attention
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -29,13 +31,15 @@
 
 #include "tensor/kernels/rows.hpp"
 
+/// @addtogroup attention
+/// @{
 namespace attnlab::nn::tile {
 
 template <class T>
 constexpr T kNegInf = -std::numeric_limits<T>::infinity();
 
-// A (B, h, rows, cols) tensor whose rows are read in place: row (b, h, i) starts at
-// p + b sb + h sh + i sr, elements contiguous.
+/// A (B, h, rows, cols) tensor whose rows are read in place: row (b, h, i) starts at
+/// p + b sb + h sh + i sr, elements contiguous.
 template <class T>
 struct Rows {
   T* p = nullptr;
@@ -43,7 +47,7 @@ struct Rows {
   T* row(int64_t b, int64_t h, int64_t i) const { return p + b * sb + h * sh + i * sr; }
 };
 
-// acc (dv) *= alpha, skipped when alpha is 1.
+/// acc (dv) *= alpha, skipped when alpha is 1.
 template <class T>
 inline void rescale(T* acc, int64_t dv, T alpha) {
   if (alpha != T(1))
@@ -52,7 +56,7 @@ inline void rescale(T* acc, int64_t dv, T alpha) {
 
 template <class T>
 struct SoftmaxScore {
-  std::vector<T> sinks;  // (H) sink logits, or empty
+  std::vector<T> sinks;  ///< (H) sink logits, or empty
   static constexpr bool needs_scores = false;
 
   T start_max(int64_t h) const { return sinks.empty() ? kNegInf<T> : sinks[h]; }
@@ -100,7 +104,7 @@ struct SoftmaxScore {
 
 template <class T>
 struct SigmoidScore {
-  T bias = 0;  // P = sigmoid(S + bias)
+  T bias = 0;  ///< P = sigmoid(S + bias)
   static constexpr bool needs_scores = false;
 
   T start_max(int64_t) const { return T(0); }
@@ -115,7 +119,7 @@ struct SigmoidScore {
 
   T row_c(int64_t, int64_t, int64_t) const { return T(0); }
 
-  // n entries (any number of rows: the weights do not depend on the row).
+  /// n entries (any number of rows: the weights do not depend on the row).
   void probabilities(T* S, int64_t n, T) const {
     for (int64_t a = 0; a < n; ++a) S[a] = S[a] == kNegInf<T> ? T(0) : T(1) / (T(1) + std::exp(-(S[a] + bias)));
   }
@@ -126,7 +130,7 @@ struct SigmoidScore {
 template <class T>
 struct SoftpickScore {
   T eps = 0;
-  Rows<T> C;  // each row's c = max(0, max over allowed S), rows of one element
+  Rows<T> C;  ///< each row's c = max(0, max over allowed S), rows of one element
   static constexpr bool needs_scores = true;
 
   T start_max(int64_t) const { return T(0); }
@@ -149,7 +153,7 @@ struct SoftpickScore {
     }
   }
 
-  // O = acc / (l + eps); the lse slot keeps L = c + log(l + eps).
+  /// O = acc / (l + eps); the lse slot keeps L = c + log(l + eps).
   void finish(const T* acc, T m, T l, int64_t dv, T* out, T* lse, int64_t b, int64_t h, int64_t i) const {
     const T z = l + eps;
     *C.row(b, h, i) = m;
@@ -164,7 +168,7 @@ struct SoftpickScore {
 
   T row_c(int64_t b, int64_t h, int64_t i) const { return *C.row(b, h, i); }
 
-  // relu(exp(S - L) - exp(-L)), 0 for disallowed entries and empty rows.
+  /// relu(exp(S - L) - exp(-L)), 0 for disallowed entries and empty rows.
   void probabilities(T* row, int64_t c, T lse) const {
     if (lse == kNegInf<T>) {
       std::fill(row, row + c, T(0));
@@ -174,10 +178,10 @@ struct SoftpickScore {
     for (int64_t j = 0; j < c; ++j) row[j] = row[j] == kNegInf<T> ? T(0) : std::max(std::exp(row[j] - lse) - floor, T(0));
   }
 
-  // With e = exp(s - c) - exp(-c) and P = relu(e) / Z (Z = sum |e| + eps, L = c + log Z):
-  // dL/de = (dp [e > 0] - D sign(e)) / Z,  de/ds = exp(s - c), so
-  // dL/ds = exp(s - L) (dp [s > 0] - D sign(s)); and through c (de/dc = -e, summed over the row):
-  // dL/dc = -D eps / Z, which reaches the entry that is the row max when c > 0.
+  /// With e = exp(s - c) - exp(-c) and P = relu(e) / Z (Z = sum |e| + eps, L = c + log Z):
+  /// dL/de = (dp [e > 0] - D sign(e)) / Z,  de/ds = exp(s - c), so
+  /// dL/ds = exp(s - L) (dp [s > 0] - D sign(s)); and through c (de/dc = -e, summed over the row):
+  /// dL/dc = -D eps / Z, which reaches the entry that is the row max when c > 0.
   T grad(T, T s, T dp, T D, T lse, T cmax) const {
     if (s == kNegInf<T> || lse == kNegInf<T>) return T(0);
     T g = std::exp(s - lse) * ((s > T(0) ? dp : T(0)) - D * T((s > T(0)) - (s < T(0))));
@@ -187,3 +191,4 @@ struct SoftpickScore {
 };
 
 }  // namespace attnlab::nn::tile
+/// @}
