@@ -43,7 +43,7 @@ std::optional<double> parse_number(std::string_view s);
 std::string format_number(double v);
 /// Whether `s` is well-formed UTF-8 (no overlong form, surrogate or code point above U+10FFFF).
 bool is_utf8(std::string_view s);
-/// `s` for a message: valid UTF-8 sequences as they are, every other byte as \xNN.
+/// `s` for a message: valid UTF-8 sequences as they are, every other byte as `\xNN`.
 std::string printable(std::string_view s);
 
 }  // namespace attnlab

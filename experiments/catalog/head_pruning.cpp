@@ -165,7 +165,6 @@ void run_pruning(const Config& config, RunContext& ctx) {
                       "(add gate=hard_concrete, or set train.l0_lambda = 0)",
                       lambda, config.get_string("model.attention"));
   const int64_t random_orders = config.get_int("prune.random_orders");
-  if (random_orders < 0) fail<ConfigError>("prune.random_orders: expected >= 0, got {}", random_orders);
   data::DataLoader loader(task.train, config.get_int("train.batch_size"), /*shuffle=*/true,
                           uint64_t(config.get_int("seed")), /*drop_last=*/true);
   Trainer trainer(ctx, *model);

@@ -43,7 +43,7 @@ struct AttendQuery {
 AttendQuery parse_attend_query(std::string_view query, size_t max_input_bytes);
 
 /// The token ids of `text` for `task`: one per byte through task.token_bytes (a language model;
-/// a byte outside the vocabulary maps to <unk> when the vocabulary has one), else one per
+/// a byte outside the vocabulary maps to `<unk>` when the vocabulary has one), else one per
 /// white-space separated display text of task.tokens. RequestError (400) naming the byte or token
 /// that is not in the vocabulary, for padding typed as a token, and for a task whose inputs are
 /// features; (413) for more than max_tokens tokens.

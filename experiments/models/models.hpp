@@ -98,3 +98,4 @@ LoadedRun load_run(const std::filesystem::path& run_dir);
 nn::LoadedLM load_lm_run(const std::filesystem::path& path);
 
 }  // namespace attnlab::models
+/// @}
