@@ -26,15 +26,16 @@ namespace attnlab::models {
 
 /// The defaults of the model.* keys an experiment gets from add_model_keys.
 struct ModelDefaults {
-  std::string attention = "mha(heads=4)";
-  int64_t d_model = 64;
-  int64_t layers = 2;
-  int64_t ffn_hidden = 128;
-  double dropout = 0.0;
-  std::string pooling = "mean";
+  std::string attention = "mha(heads=4)";  ///< model.attention, a spec (docs/attention.md)
+  int64_t d_model = 64;                    ///< model.d_model, D
+  int64_t layers = 2;                      ///< model.layers
+  int64_t ffn_hidden = 128;                ///< model.ffn_hidden (0 = 4 D)
+  double dropout = 0.0;                    ///< model.dropout on the residual branches
+  std::string pooling = "mean";            ///< model.pooling of classifiers: cls | mean
   int64_t heads = 0;     ///< 0 = the spec's
   int64_t key_size = 0;  ///< 0 = the spec's
 };
+/// Adds the model.* keys (above) to `schema` with these defaults and their bounds; returns it.
 runner::Schema& add_model_keys(runner::Schema& schema, const ModelDefaults& defaults = {});
 
 /// model.attention with the model.heads / model.key_size overrides applied, e.g. "mha(heads=4)" with
@@ -67,9 +68,10 @@ std::shared_ptr<nn::Module> build_model(const runner::Config& config, const runn
 
 /// Accuracy and mean cross-entropy of a classifier over a whole split (eval mode, no grad).
 struct Scores {
-  double accuracy = 0;
-  double loss = 0;
+  double accuracy = 0;  ///< share of examples whose argmax is the label
+  double loss = 0;      ///< mean cross-entropy
 };
+/// Scores of `model` over `split`, `batch` examples per forward; a stop signal is honoured between batches.
 Scores evaluate_classifier(nn::EncoderClassifier& model, const runner::TaskData& task,
                            const data::TensorDataset& split, int64_t batch = 256);
 
@@ -78,11 +80,12 @@ Scores evaluate_classifier(nn::EncoderClassifier& model, const runner::TaskData&
 /// FileError when a file is missing; ConfigError when config.toml does not fit the schema.
 struct LoadedRun {
   std::string experiment;  ///< meta.json's experiment name
-  runner::Config config;
-  runner::TaskData task;
-  std::shared_ptr<nn::Module> model;
+  runner::Config config;              ///< config.toml resolved against the experiment's schema
+  runner::TaskData task;              ///< the task built from it
+  std::shared_ptr<nn::Module> model;  ///< the model with the checkpoint's weights, in eval mode
   int64_t step;  ///< of the checkpoint
 };
+/// Loads the run in `run_dir` (see LoadedRun); the checkpoint's tensors are checked against the model before loading.
 LoadedRun load_run(const std::filesystem::path& run_dir);
 
 /// The CausalLM of a run whose experiment trains one on a language-modelling task (the catalog's

@@ -35,6 +35,7 @@
 /// @{
 namespace attnlab::nn::tile {
 
+/// -infinity in T: the score of a disallowed entry.
 template <class T>
 constexpr T kNegInf = -std::numeric_limits<T>::infinity();
 
@@ -42,8 +43,9 @@ constexpr T kNegInf = -std::numeric_limits<T>::infinity();
 /// p + b sb + h sh + i sr, elements contiguous.
 template <class T>
 struct Rows {
-  T* p = nullptr;
-  int64_t sb = 0, sh = 0, sr = 0;
+  T* p = nullptr;                    ///< element (0, 0, 0, 0)
+  int64_t sb = 0, sh = 0, sr = 0;    ///< batch, head and row strides, in elements
+  /// The first element of row (b, h, i).
   T* row(int64_t b, int64_t h, int64_t i) const { return p + b * sb + h * sh + i * sr; }
 };
 
@@ -54,14 +56,18 @@ inline void rescale(T* acc, int64_t dv, T alpha) {
     for (int64_t d = 0; d < dv; ++d) acc[d] *= alpha;
 }
 
+/// The online softmax: running row max m and normaliser l, optional sinks.
 template <class T>
 struct SoftmaxScore {
   std::vector<T> sinks;  ///< (H) sink logits, or empty
-  static constexpr bool needs_scores = false;
+  static constexpr bool needs_scores = false;  ///< grad does not read the score
 
+  /// The row max m before a row's first key tile.
   T start_max(int64_t h) const { return sinks.empty() ? kNegInf<T> : sinks[h]; }
+  /// The row sum l before a row's first key tile.
   T start_sum() const { return sinks.empty() ? T(0) : T(1); }
 
+  /// Scores S (r, c) to weights in place; updates m, l (r) and rescales acc (r, dv).
   void block(T* S, int64_t r, int64_t c, T* m, T* l, T* acc, int64_t dv) const {
     for (int64_t ii = 0; ii < r; ++ii) {
       T* row = S + ii * c;
@@ -78,6 +84,7 @@ struct SoftmaxScore {
     }
   }
 
+  /// Row i's output (dv) and its saved statistic.
   void finish(const T* acc, T m, T l, int64_t dv, T* out, T* lse, int64_t, int64_t, int64_t) const {
     if (l > T(0)) {
       const T inv = T(1) / l;
@@ -89,8 +96,10 @@ struct SoftmaxScore {
     }
   }
 
+  /// The extra saved row value backward needs: softpick's c, 0 for the other scores.
   T row_c(int64_t, int64_t, int64_t) const { return T(0); }
 
+  /// Backward: a row's weights recomputed from its scores and lse.
   void probabilities(T* row, int64_t c, T lse) const {
     if (lse == kNegInf<T>) {
       std::fill(row, row + c, T(0));
@@ -99,24 +108,31 @@ struct SoftmaxScore {
     for (int64_t j = 0; j < c; ++j) row[j] = kernels::exp_fast(row[j] - lse);
   }
 
+  /// dL/dS of one entry from its weight p, score s, dL/dP, the row's D, lse and c.
   T grad(T p, T, T dp, T D, T, T) const { return p * (dp - D); }
 };
 
+/// Sigmoid scores: P = sigmoid(S + bias), no normaliser and no row state.
 template <class T>
 struct SigmoidScore {
   T bias = 0;  ///< P = sigmoid(S + bias)
-  static constexpr bool needs_scores = false;
+  static constexpr bool needs_scores = false;  ///< grad does not read the score
 
+  /// The row max m before a row's first key tile.
   T start_max(int64_t) const { return T(0); }
+  /// The row sum l before a row's first key tile.
   T start_sum() const { return T(0); }
 
+  /// Scores S (r, c) to weights in place; updates m, l (r) and rescales acc (r, dv).
   void block(T* S, int64_t r, int64_t c, T*, T*, T*, int64_t) const { probabilities(S, r * c, T(0)); }
 
+  /// Row i's output (dv) and its saved statistic.
   void finish(const T* acc, T, T, int64_t dv, T* out, T* lse, int64_t, int64_t, int64_t) const {
     std::copy(acc, acc + dv, out);
     *lse = T(0);  // no lse: the saved slot is unused
   }
 
+  /// The extra saved row value backward needs: softpick's c, 0 for the other scores.
   T row_c(int64_t, int64_t, int64_t) const { return T(0); }
 
   /// n entries (any number of rows: the weights do not depend on the row).
@@ -124,18 +140,23 @@ struct SigmoidScore {
     for (int64_t a = 0; a < n; ++a) S[a] = S[a] == kNegInf<T> ? T(0) : T(1) / (T(1) + std::exp(-(S[a] + bias)));
   }
 
+  /// dL/dS of one entry from its weight p, score s, dL/dP, the row's D, lse and c.
   T grad(T p, T, T dp, T, T, T) const { return dp * p * (T(1) - p); }
 };
 
+/// Softpick: relu(e^(S - c) - e^(-c)) over sum |e^(S - c) - e^(-c)| + eps, with a running c.
 template <class T>
 struct SoftpickScore {
-  T eps = 0;
+  T eps = 0;  ///< the normaliser's eps (> 0)
   Rows<T> C;  ///< each row's c = max(0, max over allowed S), rows of one element
-  static constexpr bool needs_scores = true;
+  static constexpr bool needs_scores = true;  ///< grad reads the score (its sign and S > 0)
 
+  /// The row max m before a row's first key tile.
   T start_max(int64_t) const { return T(0); }
+  /// The row sum l before a row's first key tile.
   T start_sum() const { return T(0); }
 
+  /// Scores S (r, c) to weights in place; updates m, l (r) and rescales acc (r, dv).
   void block(T* S, int64_t r, int64_t c, T* m, T* l, T* acc, int64_t dv) const {
     for (int64_t ii = 0; ii < r; ++ii) {
       T* row = S + ii * c;
@@ -166,6 +187,7 @@ struct SoftpickScore {
     }
   }
 
+  /// The extra saved row value backward needs: softpick's c, 0 for the other scores.
   T row_c(int64_t b, int64_t h, int64_t i) const { return *C.row(b, h, i); }
 
   /// relu(exp(S - L) - exp(-L)), 0 for disallowed entries and empty rows.
