@@ -6,15 +6,23 @@
 // Every measurement runs in its own child process (this binary with --one), under a memory
 // limit (setrlimit RLIMIT_AS) and a time limit (the parent kills it): a dense layer that runs
 // out of either is reported as such instead of taking the machine down. The parent writes
-// DIR/lra.md (two markdown tables), DIR/lra.json and DIR/lra_time.svg (time against N, log-log).
+// DIR/lra.md (markdown tables), DIR/lra.json and DIR/lra_time.svg (time against N, log-log).
+//
+// The scaling table fits, per variant, the slope of log(time) and log(memory) against log(N) by
+// least squares over the lengths from --slope-from on: 1 is linear cost, 2 quadratic. With
+// --cpu-time the times are the child's CPU seconds per step (user + system) instead of wall
+// seconds: on a machine shared with other jobs CPU time moves far less than wall time, and with
+// one thread (ATTNLAB_NUM_THREADS=1) it is the work the step does.
 //
 //   bench_lra [--variants mha,local,...] [--lengths 1024,2048,...] [--time-limit SECONDS]
-//             [--memory-limit GIB] [--out DIR]
+//             [--memory-limit GIB] [--out DIR] [--cpu-time] [--slope-from N]
+//   bench_lra --linear-cost --lengths 4096,8192,16384,32768,65536 --slope-from 4096
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/resource.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -71,6 +79,14 @@ std::string spec_for(const std::string& name, int64_t n) {
 
 // ---- child: one measurement, one JSON line on stdout ----
 
+// User + system CPU seconds of this process so far (every thread).
+double cpu_seconds() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  auto sec = [](const timeval& t) { return double(t.tv_sec) + 1e-6 * double(t.tv_usec); };
+  return sec(ru.ru_utime) + sec(ru.ru_stime);
+}
+
 int run_one(const std::string& spec, int64_t n, double memory_limit_gib, bool need_weights) {
   rlimit lim{};
   lim.rlim_cur = lim.rlim_max = static_cast<rlim_t>(memory_limit_gib * double(1 << 30));
@@ -90,19 +106,24 @@ int run_one(const std::string& spec, int64_t n, double memory_limit_gib, bool ne
     step();  // warm-up: caches and plans
     reset_peak_bytes();
     const int64_t base = allocator_stats().bytes_in_use;
-    std::vector<double> times;
+    std::vector<double> times, cpu_times;
     double total = 0;
     while (times.size() < 3 && (times.empty() || total < 2.0)) {
+      const double c0 = cpu_seconds();
       auto t0 = std::chrono::steady_clock::now();
       step();
       times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      cpu_times.push_back(cpu_seconds() - c0);
       total += times.back();
     }
     std::sort(times.begin(), times.end());
+    std::sort(cpu_times.begin(), cpu_times.end());
     rusage ru{};
     getrusage(RUSAGE_SELF, &ru);
-    std::printf("{\"status\": \"ok\", \"seconds\": %.6f, \"peak_bytes\": %lld, \"max_rss_kib\": %ld}\n",
-                times[times.size() / 2], (long long)(allocator_stats().peak_bytes_in_use - base), ru.ru_maxrss);
+    std::printf("{\"status\": \"ok\", \"seconds\": %.6f, \"cpu_seconds\": %.6f, \"peak_bytes\": %lld, "
+                "\"max_rss_kib\": %ld}\n",
+                times[times.size() / 2], cpu_times[cpu_times.size() / 2],
+                (long long)(allocator_stats().peak_bytes_in_use - base), ru.ru_maxrss);
   } catch (const std::bad_alloc&) {
     std::printf("{\"status\": \"oom\"}\n");
   } catch (const std::exception& e) {
@@ -118,7 +139,8 @@ int run_one(const std::string& spec, int64_t n, double memory_limit_gib, bool ne
 
 struct Result {
   std::string status = "error";  // ok | oom | time | error
-  double seconds = NAN;
+  double seconds = NAN;      // wall seconds of one step (median)
+  double cpu_seconds = NAN;  // CPU seconds of one step (median), every thread
   double peak_bytes = NAN;
   std::string message;
 };
@@ -140,7 +162,9 @@ Result parse_result(const std::string& line) {
   };
   r.status = field("status");
   if (r.status.empty()) r.status = "error", r.message = "no result (crashed?)";
-  if (r.status == "ok") r.seconds = std::stod(field("seconds")), r.peak_bytes = std::stod(field("peak_bytes"));
+  if (r.status == "ok")
+    r.seconds = std::stod(field("seconds")), r.cpu_seconds = std::stod(field("cpu_seconds")),
+    r.peak_bytes = std::stod(field("peak_bytes"));
   if (r.status == "error" && r.message.empty()) r.message = field("message");
   return r;
 }
@@ -187,10 +211,30 @@ Result measure(const std::string& spec, int64_t n, double time_limit, double mem
   close(fds[0]);
   int status = 0;
   waitpid(pid, &status, 0);
-  if (timed_out) return {"time", NAN, NAN, ""};
+  if (timed_out) return {"time", NAN, NAN, NAN, ""};
   Result r = parse_result(out);
   if (r.status == "error" && WIFSIGNALED(status)) r.message = fmt::format("killed by signal {}", WTERMSIG(status));
   return r;
+}
+
+// The variants whose cost at their default options grows linearly in N, or as N log N (lsh's
+// sort, fnet's FFT): a fixed window, fixed blocks, a fixed number of landmarks, features or
+// projected rows (their declared costs, `attnlab variants`). `--linear-cost` measures these.
+const std::vector<std::string> kLinearCost = {"local",     "dilated",  "longformer", "bigbird", "lsh",   "linformer",
+                                              "nystrom",   "linear",   "performer",  "fnet",    "mixer", "retention"};
+
+// Least-squares slope of log(y) against log(x) over the points with y > 0 and x >= from; NaN
+// with fewer than two such points. 1 for y proportional to x, 2 for y proportional to x^2.
+double log_log_slope(const std::vector<double>& x, const std::vector<double>& y, double from) {
+  double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (!(y[i] > 0) || x[i] < from) continue;
+    const double lx = std::log(x[i]), ly = std::log(y[i]);
+    n += 1, sx += lx, sy += ly, sxx += lx * lx, sxy += lx * ly;
+  }
+  const double den = n * sxx - sx * sx;
+  if (n < 2 || den <= 0) return NAN;
+  return (n * sxy - sx * sy) / den;
 }
 
 std::string cell_time(const Result& r, const Result& dense) {
@@ -217,7 +261,8 @@ int main(int argc, char** argv) {
   double time_limit = 120, memory_gib = 16;
   std::string out_dir = "build/bench", one_spec;
   int64_t one_n = 0;
-  bool one_need_weights = false;
+  bool one_need_weights = false, use_cpu_time = false, linear_cost = false, no_baseline = false;
+  int64_t slope_from = 4096;
   CLI::App app("bench_lra: time and peak memory of every variant's forward + backward at N = 1K ... 16K, the Long "
                "Range Arena table's shape; each measurement in a child process");
   app.add_option("--variants", names, "variant names, comma-separated (default: every registered one)")->delimiter(',');
@@ -227,6 +272,14 @@ int main(int argc, char** argv) {
   app.add_option("--time-limit", time_limit, "seconds one measurement may take")->check(CLI::Range(1.0, 86400.0));
   app.add_option("--memory-limit", memory_gib, "GiB one measurement may use")->check(CLI::Range(0.25, 4096.0));
   app.add_option("--out", out_dir, "directory of the tables and plots");
+  app.add_flag("--cpu-time", use_cpu_time,
+               "tables from CPU seconds per step (user + system, every thread) instead of wall seconds");
+  app.add_option("--slope-from", slope_from, "fit the scaling exponents over the lengths >= this")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 30));
+  auto* linear_opt = app.add_flag("--linear-cost", linear_cost,
+                                  "measure the variants of linear (or N log N) cost, without the dense baseline");
+  app.add_flag("--no-baseline", no_baseline, "leave out mha and mha (fused) (ratios then say n/a)");
+  linear_opt->excludes(app.get_option("--variants"));
   // The child process's own arguments (run_child): one spec at one length.
   auto* one = app.add_option("--one", one_spec, "measure this spec only (the child process)");
   app.add_flag("--need-weights", one_need_weights, "with --one: forward with need_weights")->needs(one);
@@ -236,13 +289,16 @@ int main(int argc, char** argv) {
     self_path = std::filesystem::read_symlink("/proc/self/exe").string();
     if (!one_spec.empty()) return run_one(one_spec, one_n, memory_gib, one_need_weights);
 
+    if (linear_cost) names = kLinearCost, no_baseline = true;
     if (names.empty())
       for (const auto& v : nn::variants()) names.push_back(v.schema.name);
+    for (const auto& name : names) spec_for(name == kFused ? "mha" : name, 1);  // unknown names fail here
     // The baseline first: mha asked for its probabilities, so it takes the composed path that
     // materialises the (N, N) scores, like the dense Transformer of the LRA table; every ratio is
-    // against it. "mha (fused)" is the same layer on its tiled kernel.
+    // against it. "mha (fused)" is the same layer on its tiled kernel. Past 16K the dense layer
+    // needs more than 16 GiB: --no-baseline leaves both out.
     names.erase(std::remove(names.begin(), names.end(), "mha"), names.end());
-    names.insert(names.begin(), {"mha", kFused});
+    if (!no_baseline) names.insert(names.begin(), {"mha", kFused});
 
     std::map<std::string, std::map<int64_t, Result>> results;
     for (int64_t n : lengths)
@@ -263,13 +319,22 @@ int main(int argc, char** argv) {
           std::fprintf(stderr, " %s %s\n", r.status.c_str(), r.message.c_str());
       }
 
+    // The tables, slopes and plot read `shown`: with --cpu-time its seconds are CPU seconds.
+    // lra.json keeps both (seconds: wall, cpu_seconds: CPU).
+    auto shown = results;
+    if (use_cpu_time)
+      for (auto& [name, by_n] : shown)
+        for (auto& [n, r] : by_n) r.seconds = r.cpu_seconds;
     std::string md = fmt::format(
         "### Long Range Arena shape: one attention layer, forward + backward\n\n"
         "B=1, h=4, dk=dv=64 (d_model=256), float32, {} thread(s), each variant at its default options "
-        "(max_len = N where it has one). Limits per measurement: {:.0f} s, {:.0f} GiB. The baseline `mha` "
-        "returns its probabilities, so it takes the composed path that materialises the N x N scores (the "
-        "dense Transformer of the LRA table); `mha (fused)` is the same layer on its tiled kernel.\n\n",
-        num_threads(), time_limit, memory_gib);
+        "(max_len = N where it has one). Limits per measurement: {:.0f} s, {:.0f} GiB. Times are {}. {}\n\n",
+        num_threads(), time_limit, memory_gib,
+        use_cpu_time ? "CPU seconds per step (user + system, every thread)" : "wall seconds per step",
+        no_baseline ? "No dense baseline: the ratios to mha are left out."
+                    : "The baseline `mha` returns its probabilities, so it takes the composed path that materialises "
+                      "the N x N scores (the dense Transformer of the LRA table); `mha (fused)` is the same layer on "
+                      "its tiled kernel.");
     auto table = [&](const char* title, const char* what, auto cell) {
       md += fmt::format("#### {}\n\n| variant |", title);
       for (int64_t n : lengths) md += fmt::format(" N={} |", n);
@@ -278,7 +343,7 @@ int main(int argc, char** argv) {
       md += "\n";
       for (const auto& name : names) {
         md += fmt::format("| {} |", name);
-        for (int64_t n : lengths) md += fmt::format(" {} |", cell(results[name][n], results["mha"][n]));
+        for (int64_t n : lengths) md += fmt::format(" {} |", cell(shown[name][n], shown["mha"][n]));
         md += "\n";
       }
       md += fmt::format("\n{}\n\n", what);
@@ -289,6 +354,23 @@ int main(int argc, char** argv) {
           "Tensor storage at its peak during one step, above what was live before it (the allocator's count). "
           "In parentheses: the ratio to mha at the same N (< 1 is smaller).",
           cell_memory);
+    // How each variant's time and memory grow: the log-log slope over the longer lengths.
+    md += fmt::format("#### Scaling exponents (least-squares slope of log cost against log N, N >= {})\n\n"
+                      "| variant | time exponent | memory exponent |\n|---|---:|---:|\n",
+                      slope_from);
+    for (const auto& name : names) {
+      std::vector<double> x, t, m;
+      for (int64_t n : lengths) {
+        const Result& r = shown[name][n];
+        x.push_back(double(n));
+        t.push_back(r.status == "ok" ? r.seconds : NAN);
+        m.push_back(r.status == "ok" ? r.peak_bytes : NAN);
+      }
+      auto cell = [](double v) { return std::isnan(v) ? std::string("n/a") : fmt::format("{:.2f}", v); };
+      md += fmt::format("| {} | {} | {} |\n", name, cell(log_log_slope(x, t, double(slope_from))),
+                        cell(log_log_slope(x, m, double(slope_from))));
+    }
+    md += "\n1.00 is linear, 2.00 quadratic; n/a where fewer than two lengths >= the threshold ran.\n\n";
     // The cost notes each variant declares (docs/attention.md, "What every variant offers"), beside
     // the measurements.
     md += "#### Declared cost (from each variant's schema)\n\n| variant | time | memory |\n|---|---|---|\n";
@@ -308,9 +390,11 @@ int main(int argc, char** argv) {
       for (int64_t n : lengths) {
         const Result& r = results[name][n];
         s.x.push_back(double(n));
-        s.y.push_back(r.status == "ok" ? r.seconds : NAN);
-        json += fmt::format("  {{\"variant\": \"{}\", \"n\": {}, \"status\": \"{}\", \"seconds\": {}, \"peak_bytes\": {}}},\n",
+        s.y.push_back(r.status == "ok" ? shown[name][n].seconds : NAN);
+        json += fmt::format("  {{\"variant\": \"{}\", \"n\": {}, \"status\": \"{}\", \"seconds\": {}, \"cpu_seconds\": {}, "
+                            "\"peak_bytes\": {}}},\n",
                             name, n, r.status, r.status == "ok" ? fmt::format("{}", r.seconds) : "null",
+                            r.status == "ok" ? fmt::format("{}", r.cpu_seconds) : "null",
                             r.status == "ok" ? fmt::format("{:.0f}", r.peak_bytes) : "null");
       }
       chart.series.push_back(s);

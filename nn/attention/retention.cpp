@@ -1,10 +1,12 @@
 #include "nn/attention/retention.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 
 #include "autograd/grad_mode.hpp"
 #include "autograd/ops.hpp"
+#include "nn/attention/kernels/decay_scan.hpp"
 #include "nn/attention/mha.hpp"
 #include "tensor/kernels.hpp"
 
@@ -35,32 +37,33 @@ Tensor parallel(const Tensor& q, const Tensor& k, const Tensor& v, const std::ve
 }
 
 Tensor chunked(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<double>& gammas, int64_t chunk) {
-  const int64_t N = q.size(2);
+  const int64_t B = q.size(0), h = q.size(1), N = q.size(2), dk = q.size(3), dv = v.size(3);
   const DType dt = q.dtype();
-  std::vector<Tensor> outs;
-  Tensor state;  // (B, h, dk, dv): sum over the previous blocks' m of gamma^(s - 1 - m) k[m]^T v[m]
-  Tensor full_decay = decay_matrix(gammas, std::min(chunk, N), dt);  // (1, h, C, C), every full block's
-  for (int64_t s = 0; s < N; s += chunk) {
-    const int64_t L = std::min(chunk, N - s);
-    Tensor qc = narrow(q, 2, s, L), kc = narrow(k, 2, s, L), vc = narrow(v, 2, s, L);  // (B, h, L, .)
-    Tensor d = L == full_decay.size(2) ? full_decay : decay_matrix(gammas, L, dt);     // (1, h, L, L)
-    Tensor o = matmul(matmul(qc, transpose(kc, -2, -1)) * d, vc);                      // (B, h, L, dv)
-    if (state.defined()) {
-      // Row t of the block sees the state decayed t + 1 more times: gamma^(t + 1) q[s + t] S.
-      std::vector<double> e(L);
-      for (int64_t t = 0; t < L; ++t) e[t] = double(t + 1);
-      o = o + matmul(qc * decay_powers(gammas, e, dt), state);  // (B, h, L, dk) (1, h, L, 1) @ (B, h, dk, dv)
-    }
-    outs.push_back(o);
-    if (s + L < N) {
-      // Key u of the block reaches the next block's start decayed L - 1 - u times.
-      std::vector<double> e(L);
-      for (int64_t u = 0; u < L; ++u) e[u] = double(L - 1 - u);
-      Tensor add = matmul(transpose(kc * decay_powers(gammas, e, dt), -2, -1), vc);  // (B, h, dk, dv)
-      state = state.defined() ? state * decay_powers(gammas, {double(L)}, dt) + add : add;
-    }
+  if (N == 0) return zeros({B, h, 0, dv}, dt);
+  const int64_t C = std::min(chunk, N), J = (N + C - 1) / C, pad = J * C - N;
+  // Every block at once: the positions padded with zeros to J full blocks of C (a padded key is
+  // zero and comes after every real query, so it adds nothing), then viewed as (B, h, J, C, .).
+  auto blocks = [&](const Tensor& t) {
+    const int64_t w = t.size(3);
+    Tensor full = pad ? cat({t, zeros({B, h, pad, w}, dt)}, 2) : t;
+    return reshape(full, {B, h, J, C, w});
+  };
+  Tensor qb = blocks(q), kb = blocks(k), vb = blocks(v);  // (B, h, J, C, dk|dv)
+  Tensor d = unsqueeze(decay_matrix(gammas, C, dt), 2);   // (1, h, 1, C, C)
+  Tensor o = matmul(matmul(qb, transpose(kb, -2, -1)) * d, vb);  // (B, h, J, C, dv): inside each block
+  if (J > 1) {
+    // Key u of a block reaches the next block's start decayed C - 1 - u times; the states
+    // S[j] = sum_{i < j} gamma^(C (j - 1 - i)) A[i] are one scan over the blocks.
+    std::vector<double> key_e(C), row_e(C), per_block;
+    for (int64_t u = 0; u < C; ++u) key_e[u] = double(C - 1 - u), row_e[u] = double(u + 1);
+    for (double g : gammas) per_block.push_back(std::pow(g, double(C)));
+    Tensor a = matmul(transpose(kb * unsqueeze(decay_powers(gammas, key_e, dt), 2), -2, -1), vb);  // (B, h, J, dk, dv)
+    Tensor state = scan::decayed_exclusive_scan(a, per_block);                                    // (B, h, J, dk, dv)
+    // Row t of a block sees its state decayed t + 1 more times: gamma^(t + 1) q[t] S.
+    o = o + matmul(qb * unsqueeze(decay_powers(gammas, row_e, dt), 2), state);  // (B, h, J, C, dv)
   }
-  return outs.size() == 1 ? outs[0] : cat(outs, 2);  // (B, h, N, dv)
+  o = reshape(o, {B, h, J * C, dv});
+  return pad ? narrow(o, 2, 0, N) : o;  // (B, h, N, dv)
 }
 
 Tensor recurrent(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<double>& gammas, Tensor& state) {

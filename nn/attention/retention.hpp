@@ -12,7 +12,8 @@
 ///   chunked:   blocks of `chunk` positions; inside a block the parallel form, across blocks the
 ///              state S = sum_{m < s} gamma^(s - 1 - m) k[m]^T v[m] (dk, dv), decayed by gamma^chunk
 ///              per block; O(N chunk) time, O(N) memory besides the states (forward without
-///              need_weights)
+///              need_weights). All blocks are batched products and the states one scan
+///              (kernels/decay_scan.hpp), so forward and backward stay linear in N
 ///   recurrent: S <- gamma S + k[n]^T v[n], o[n] = q[n] S per position (forward_step)
 /// Key masks zero the masked keys' rows of K, which removes them from all three forms.
 /// @ingroup attention
@@ -35,7 +36,9 @@ Tensor decay_matrix(const std::vector<double>& gammas, int64_t length, DType dty
 /// Differentiable. `scores`, when given, receives the decayed score matrix (Q K^T) * D (B, h, N, N).
 Tensor parallel(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<double>& gammas,
                 Tensor* scores = nullptr);
-/// The same O by blocks of `chunk` positions (the last block may be shorter). Differentiable.
+/// The same O by blocks of `chunk` positions (the last block padded with zeros, which changes
+/// nothing: padded keys come after every real query). Differentiable; forward and backward
+/// O(B h N (chunk + dk) (dk + dv)) time, O(B h N chunk + B h (N / chunk) dk dv) memory.
 Tensor chunked(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<double>& gammas, int64_t chunk);
 /// The same O one position at a time from `state` (B, h, dk, dv), which it advances past the T
 /// positions of q, k, v (B, h, T, .). No autograd (decoding).

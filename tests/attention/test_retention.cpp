@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "autograd/grad_helpers.hpp"
+#include "autograd/trace.hpp"
+#include "nn/attention/kernels/decay_scan.hpp"
 #include "golden.hpp"
 #include "nn/attention/registry.hpp"
 #include "nn/attention/retention.hpp"
@@ -164,6 +166,57 @@ TEST_CASE("retention gradcheck: chunked and parallel forms, key mask, gate, bias
   check_grad("retention::chunked",
              [&](const std::vector<Tensor>& in) { return ret::chunked(in[0], in[1], in[2], gammas, 2); },
              {nc_randn({1, 2, 5, 3}, 4), nc_randn({1, 2, 5, 3}, 5), nc_randn({1, 2, 5, 2}, 6)});
+}
+
+TEST_CASE("decayed_exclusive_scan: the naive twin, its gradient, and its errors") {
+  Generator g(21);
+  const std::vector<double> decay = {0.5, 0.9, 1.0};
+  for (int64_t J : {int64_t(1), int64_t(2), int64_t(7)}) {
+    CAPTURE(J);
+    Tensor a = randn({2, 3, J, 4, 5}, g, kFloat64);
+    CHECK(allclose(nn::scan::decayed_exclusive_scan(a, decay), nn::scan::decayed_exclusive_scan_reference(a, decay),
+                   1e-12, 1e-12));
+    Tensor a32 = to(a, kFloat32);
+    CHECK(allclose(nn::scan::decayed_exclusive_scan(a32, decay), nn::scan::decayed_exclusive_scan_reference(a32, decay),
+                   1e-5, 1e-5));
+  }
+  // S[0] is zero and S[1] = A[0], whatever the decay.
+  Tensor a = randn({1, 3, 3, 2}, g, kFloat64);
+  Tensor s = nn::scan::decayed_exclusive_scan(a, decay);
+  CHECK(allclose(narrow(s, 2, 0, 1), zeros({1, 3, 1, 2}, kFloat64), 0, 0));
+  CHECK(allclose(narrow(s, 2, 1, 1), narrow(a, 2, 0, 1), 0, 0));
+  check_grad("decayed_exclusive_scan",
+             [&](const std::vector<Tensor>& in) { return nn::scan::decayed_exclusive_scan(in[0], decay); },
+             {nc_randn({2, 3, 6, 4}, 8)});
+  auto err = [&](const Tensor& x, const std::vector<double>& d) {
+    try {
+      nn::scan::decayed_exclusive_scan(x, d);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CHECK(err(randn({3, 4}, g, kFloat64), decay).find("expected a of shape (B, h, J, ...), got (3,4)") != std::string::npos);
+  CHECK(err(randn({1, 2, 3}, g, kFloat64), decay).find("3 decay factors for 2 heads") != std::string::npos);
+  CHECK(err(zeros({1, 3, 2}, kInt64), decay).find("expected a floating dtype") != std::string::npos);
+}
+
+TEST_CASE("retention chunked: the recorded graph does not grow with the number of blocks (linear cost)") {
+  // One batched product per step for all blocks and one scan: the same ops at 2 blocks and at 64,
+  // so the backward pass never forms a whole-length gradient per block.
+  const std::vector<double> gammas = {0.7, 0.95};
+  auto ops_at = [&](int64_t N) {
+    Generator g(3);
+    Tensor q = randn({1, 2, N, 4}, g).requires_grad_(), k = randn({1, 2, N, 4}, g), v = randn({1, 2, N, 3}, g);
+    OpTrace trace;
+    {
+      OpTraceGuard guard(trace);
+      ret::chunked(q, k, v, gammas, 8);
+    }
+    return trace.ops().size();
+  };
+  CHECK(ops_at(16) == ops_at(512));
+  CHECK(ops_at(16) > 0);
 }
 
 TEST_CASE("retention forward_step (the recurrent form) equals the causal forward; the state is h dk dv per sequence") {
