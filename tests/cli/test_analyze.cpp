@@ -243,7 +243,7 @@ TEST_CASE("viz: the page is self-contained and bounded, and options out of range
 // throwaway profile under `scratch_dir`.
 std::string rendered_dom(const fs::path& scratch_dir, const fs::path& page) {
   REQUIRE_MESSAGE(std::system("command -v chromium >/dev/null 2>&1") == 0,
-                  "chromium is not installed: run sh cmake/install-deps.sh (Debian package chromium)");
+                  "chromium is not installed: run sh cmake/install-deps.sh test (Debian package chromium)");
   const fs::path dom = scratch_dir / "dom.html", log = scratch_dir / "chromium.log";
   const std::string cmd = fmt::format(
       "timeout 120 chromium --headless --no-sandbox --disable-gpu --disable-quic --no-first-run "

@@ -311,7 +311,7 @@ TEST_CASE("viz serve: the server answers the API on a free port, refuses malform
 
 TEST_CASE("viz serve: headless Chromium types an input and submits it, the maps change, a refused input shows why") {
   REQUIRE_MESSAGE(std::system("command -v chromium >/dev/null 2>&1") == 0,
-                  "chromium is not installed: run sh cmake/install-deps.sh (Debian package chromium)");
+                  "chromium is not installed: run sh cmake/install-deps.sh test (Debian package chromium)");
   const fs::path run = tiny_lm_run("viz_serve", "browser");
   ServerProcess server(run);
   HeadlessChromium browser(run);
