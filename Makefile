@@ -5,6 +5,7 @@
 #   make test-sanitize   the whole suite under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make bench           attnlab against PyTorch/OpenBLAS on this machine (needs python3-torch)
 #   make bench-lra       every attention variant, N = 1K ... 16K: time and memory against mha
+#   make bench-lra-long  the linear-cost variants, N = 4K ... 64K: CPU time, memory and their exponents
 #   make bench-attention the fused attention kernel, N = 1K ... 32K, against PyTorch (minutes)
 #   make bench-decode    decoding at context 4096: cache bytes per token and tokens/s against mha
 #   make bench-mha-options  a training step with each mha option (one layer, then the reference LM)
@@ -17,7 +18,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps deps-test docs package test-package tidy build cli demo test test-slurm test-sanitize fuzz bench bench-lra bench-attention bench-decode bench-mha-options clean
+.PHONY: all deps deps-test docs package test-package tidy build cli demo test test-slurm test-sanitize fuzz bench bench-lra bench-lra-long bench-attention bench-decode bench-mha-options clean
 
 all: build
 
@@ -91,6 +92,12 @@ bench: build
 bench-lra: build
 	cmake --build $(BUILD) -j $(JOBS) --target bench_lra
 	./$(BUILD)/bench/bench_lra --out $(BUILD)/bench
+
+# One thread and CPU seconds: the exponents are the work's, and move little with other load.
+bench-lra-long: build
+	cmake --build $(BUILD) -j $(JOBS) --target bench_lra
+	ATTNLAB_NUM_THREADS=1 ./$(BUILD)/bench/bench_lra --linear-cost --cpu-time \
+	  --lengths 4096,8192,16384,32768,65536 --out $(BUILD)/bench/lra-long
 
 bench-attention: build
 	cmake --build $(BUILD) -j $(JOBS) --target bench_attention

@@ -16,6 +16,9 @@
 //   nn/attention/kernels/linear_scan.cpp     causal_product()   the prefix sums of outer products
 //       o_n = sum_{m <= n} (a_n . b_m) c_m of causal linear attention; gradients of a, b, c are
 //       the same scan run forwards or backwards (tests/efficient/test_linear_attention.cpp)
+//   nn/attention/kernels/decay_scan.cpp      decayed_exclusive_scan()   the block states of
+//       chunked retention, S[j] = decay S[j-1] + A[j-1]; its gradient is the same scan run
+//       backwards (tests/attention/test_retention.cpp)
 //   nn/attention/kernels/fourier_mix.cpp     fourier_mix()      FNet's Re(FFT_seq(FFT_hidden(x)));
 //       the map is self-adjoint, so its gradient is the same transform of grad
 //       (tests/efficient/test_fnet.cpp)
