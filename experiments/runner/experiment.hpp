@@ -193,7 +193,8 @@ int64_t checkpoint_step(const std::filesystem::path& file, const Metadata& meta,
 /// What an experiment's `run` function works through: the resolved config, the run directory and
 /// its files (log.txt, metrics.jsonl, summary.json, checkpoint.safetensors, artifacts/), the seeded
 /// generator, the task's data, progress and stop signals. One per run, built by run_experiment
-/// (docs/experiments.md, "The run directory"); not copyable.
+/// (a dry one, writing nothing, by dry_run_experiment; docs/experiments.md, "The run
+/// directory"); not copyable.
 class RunContext {
  public:
   /// Where the console output goes and how progress is shown.
