@@ -45,11 +45,12 @@ void save_safetensors(const std::string& path, const TensorMap& tensors, const M
 /// Writes `text` to `path` atomically (a temporary file, fsync, rename): a reader sees the old
 /// file or the new one, never a half-written one. Errors are FileError naming the path.
 void write_text_atomic(const std::string& path, const std::string& text);
+/// read_text's default bound, 64 MiB.
+inline constexpr int64_t kDefaultTextBound = int64_t(64) << 20;
 /// The whole file as bytes, under the rule of docs/io.md ("Files read whole"): `path` must be a
 /// regular file (a link to /dev/zero, a FIFO or a directory is refused before anything is read)
 /// of at most `max_bytes` bytes (checked with stat before reading). FileError starting with the
 /// path: what the file is, or its size and the bound, or why it cannot be read.
-inline constexpr int64_t kDefaultTextBound = int64_t(64) << 20;  ///< 64 MiB
 std::string read_text(const std::string& path, int64_t max_bytes = kDefaultTextBound);
 
 }  // namespace attnlab

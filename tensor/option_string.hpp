@@ -35,8 +35,13 @@ std::string format_option_string(const OptionString& s, const char* sep = ", ");
 
 /// [A-Za-z_][A-Za-z0-9_]*
 bool is_identifier(std::string_view s);
-/// The whole of `s` as a decimal integer / a finite or infinite double; nullopt otherwise.
+/// The whole of `s` as a decimal int64 (an optional leading '-', no '+' or spaces); nullopt
+/// otherwise, and for a value outside int64's range.
 std::optional<int64_t> parse_integer(std::string_view s);
+/// The whole of `s` as a double (std::from_chars: decimal or scientific notation, an optional
+/// leading '-', no '+' or spaces; "inf", "infinity" and "nan" in any case are read too, so a caller
+/// that needs a finite value checks it); nullopt otherwise, and for a value outside double's range
+/// ("1e400", "1e-400").
 std::optional<double> parse_number(std::string_view s);
 /// The shortest text that parse_number reads back as exactly `v`, with no '+' in it (1e21, not
 /// 1e+21), so a number can be an item of a '+'-joined list option.

@@ -26,13 +26,16 @@
 /// @{
 namespace attnlab::analysis {
 
+/// The previous-token and induction scores of every head, [layer][head], with their uniform
+/// baselines (the file's comment defines both scores), as circuit_scores and measure_circuits
+/// return them; head_roles compares each score with its baseline.
 struct CircuitStats {
   int64_t examples = 0;            ///< repeated sequences measured; 0 = not measured
   int64_t half = 0;                ///< K
   HeadMatrix previous_token;       ///< [layer][head] mean p[n, n - 1]
   HeadMatrix induction;            ///< [layer][head] mean p[K + j, j + 1]
-  double previous_uniform = 0;     ///< the uniform-attention baselines of the two means
-  double induction_uniform = 0;
+  double previous_uniform = 0;     ///< previous_token's baseline: the mean of 1 / (keys visible) over its queries
+  double induction_uniform = 0;    ///< induction's baseline: the mean of 1 / (keys visible) over the second half's queries
 };
 
 /// int64 (batch, 2 half): each row K = half tokens from [0, vocab) without pad_id (distinct when

@@ -31,7 +31,7 @@ std::vector<double> cumulative_energy(const std::vector<double>& s);
 /// The smallest rank r with cumulative energy >= fraction (1-based; s.size() at most).
 int64_t energy_rank(const std::vector<double>& cumulative, double fraction);
 
-/// Cordonnier et al.'s concatenated per-head products [Wq_1^T Wk_1, ..., Wq_h^T Wk_h] (D, h*D)
+/// The concatenated per-head products of Cordonnier et al. 2020, [Wq_1^T Wk_1, ..., Wq_h^T Wk_h] (D, h*D),
 /// from PyTorch-layout projection weights q_weight, k_weight (h*dk, D): head i's bilinear form
 /// x^T Wq_i^T Wk_i y is what its attention scores see.
 Tensor concat_qk_products(const Tensor& q_weight, const Tensor& k_weight, int64_t heads);

@@ -5,7 +5,7 @@
 ///
 ///   analyze  streams N validation examples through the head-analysis library (AttentionRecorder,
 ///            HeadImportance, HeadRelevance, head_roles) and writes DIR/roles.md, analysis.json,
-///            confidence.png, importance.png, relevance.png and maps/layer<l>/attention_b<b>_h<i>.png
+///            confidence.png, importance.png, relevance.png and `maps/layer<l>/attention_b<b>_h<i>.png`
 ///   viz      writes one self-contained HTML page (inline CSS, JS and data; no network) to browse
 ///            every layer and head's attention map on a few examples (a grid of a layer's heads,
 ///            one head enlarged, a colour bar), of one run or of two side by side, with

@@ -25,8 +25,12 @@
 /// @{
 namespace attnlab::cli {
 
+/// A request to the viz server that cannot be answered: a ValueError whose message names the
+/// parameter, byte or token and what was expected, carrying the HTTP status the server answers
+/// with (the message is the response's text).
 struct RequestError : ValueError {
   int status;  ///< 400 malformed, 413 too long, 404 no such example
+  /// The error answered with HTTP status `status_` and the text `message`.
   RequestError(int status_, const std::string& message) : ValueError(message), status(status_) {}
 };
 

@@ -95,7 +95,7 @@ LoadedRun load_run(const std::filesystem::path& run_dir);
 /// against the config (embedding width and vocabulary, position table, block count); the weights
 /// are read and loaded once every name and shape matches the built model. The
 /// metadata holds the tokenizer as `attnlab generate` reads it ("tokenizer.bytes": the bytes of
-/// ids 0..V-1 in hex, "tokenizer.unk": "true" when id 0 is <unk>) and the checkpoint's "step".
+/// ids 0..V-1 in hex, "tokenizer.unk": "true" when id 0 is `<unk>`) and the checkpoint's "step".
 /// FileError naming the file for a missing file, a run of a non-LM task, or tensors that do not
 /// fit the config.
 nn::LoadedLM load_lm_run(const std::filesystem::path& path);

@@ -46,12 +46,14 @@ std::string to_toml_value(const Value& v);
 /// One config key: its name, type, default and help line.
 struct Field {
   std::string key;  ///< dotted, e.g. "model.attention"
-  FieldType type = FieldType::Int;
+  FieldType type = FieldType::Int;  ///< the type a value must have (the default's alternative in `value`)
   Value value;      ///< the default
-  std::string help;
-  /// An int key's accepted range (Schema::bound); the whole int64 range when unbounded.
+  std::string help;  ///< one line: the `# ...` comment above the key in config.toml and its text in `attnlab list NAME`
+  /// An int key's accepted range (Schema::bound): its least value; int64's least when unbounded.
   int64_t min = std::numeric_limits<int64_t>::min();
+  /// An int key's accepted range (Schema::bound): its greatest value; int64's greatest when unbounded.
   int64_t max = std::numeric_limits<int64_t>::max();
+  /// True when Schema::bound gave the key a range narrower than the whole int64 range.
   bool bounded() const { return min != std::numeric_limits<int64_t>::min() || max != std::numeric_limits<int64_t>::max(); }
 };
 
@@ -80,6 +82,7 @@ class Schema {
   /// schema error like a bad add.
   Schema& bound(const std::string& key, int64_t min, int64_t max);
   const Field* find(const std::string& key) const;  ///< nullptr when absent
+  /// Every key added (a bad add's key left out), in the order added (config.toml keeps it within each table).
   const std::vector<Field>& fields() const { return fields_; }
   /// The first bad add ("" when none), e.g. "Schema: key 'train.steps' added twice".
   const std::string& error() const { return error_; }

@@ -176,6 +176,7 @@ void check_run_dir_path(const std::filesystem::path& dir);
 /// (saving the checkpoint of the step just trained) and so does run_experiment (exit status 3);
 /// an experiment lets it pass.
 struct RunStopped : std::exception {
+  /// "stopped by a signal".
   const char* what() const noexcept override { return "stopped by a signal"; }
 };
 /// Called between the batches of an evaluation: throws RunStopped once SIGINT or SIGTERM arrived
@@ -189,6 +190,11 @@ void stop_point();
 /// disagreeing values ("the file is damaged or edited") otherwise.
 int64_t checkpoint_step(const std::filesystem::path& file, const Metadata& meta, const TensorMap& tensors);
 
+/// What an experiment's `run` function works through: the resolved config, the run directory and
+/// its files (log.txt, metrics.jsonl, summary.json, checkpoint.safetensors, artifacts/), the seeded
+/// generator, the task's data, progress and stop signals. One per run, built by run_experiment
+/// (a dry one, writing nothing, by dry_run_experiment; docs/experiments.md, "The run
+/// directory"); not copyable.
 class RunContext {
  public:
   /// Where the console output goes and how progress is shown.
@@ -201,6 +207,10 @@ class RunContext {
     /// read and checked when dry_run_resumes, and Trainer::fit returns (false) before the first
     /// step, after every check the run makes before it.
     bool dry_run = false;
+    /// With dry_run: the dry run is of a resume, so `dir`'s checkpoint.safetensors is read and
+    /// checked as a resume reads it (a FileError naming the file when it is damaged or holds
+    /// another number of blocks than model.layers), and the generator, step and checkpoint come
+    /// from it. Without it a dry run reads nothing from `dir`. Ignored when dry_run is false.
     bool dry_run_resumes = false;
   };
   /// Built by run_experiment; tests may build one directly. Creates `dir`; when it holds

@@ -13,6 +13,7 @@
 /// @{
 namespace attnlab::runner {
 
+/// One mebibyte, 2^20 bytes: the unit of the bounds below.
 inline constexpr int64_t kMiB = int64_t(1) << 20;
 
 /// config.toml, a --config file, sweep.toml, a project's own settings files.

@@ -29,7 +29,7 @@
 /// order the file lists them (the last one varies fastest), then the seeds innermost, so the seeds
 /// of one configuration are neighbours. A run's point is its value on every axis, seed last.
 ///
-/// The sweep directory DIR (default sweeps/<file stem>):
+/// The sweep directory DIR (default `sweeps/<file stem>`):
 ///   sweep.toml            a copy of the sweep file; running another file into DIR is an error
 ///   runs/0003/            one run: point.json (its axis values) + what `attnlab run` writes
 ///   results.sqlite        the results store (experiments/runner/store.hpp), results.csv
@@ -278,7 +278,7 @@ struct SlurmScript {
 /// The bash script of a job array of `shards` tasks, task i running `attnlab sweep FILE --out DIR
 /// --shard i/shards --workers 1 --cores C --wait` in the background and forwarding SIGTERM to it;
 /// on SIGUSR1 it stops the sweep and requeues the task (docs/sweeps.md, "Scale-out").
-/// ValueError for a directory an #SBATCH line cannot hold (a '"', '%' or newline in it).
+/// ValueError for a directory an `#SBATCH` line cannot hold (a '"', '%' or newline in it).
 std::string slurm_script(const SlurmScript& script);
 
 /// Writes DIR/sweep.sbatch (slurm_script) after checking the sweep file. Returns the script's path.

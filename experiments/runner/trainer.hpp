@@ -71,6 +71,11 @@ struct TrainDefaults {
 /// The upper bound of train.steps and of the step counts beside it (docs/experiments.md, "Bounded
 /// counts"): 10^8 steps, years of training at the speeds of this machine.
 inline constexpr int64_t kMaxSteps = 100'000'000;
+/// Adds the thirteen train.* keys of TrainDefaults to `schema`, with `defaults` as their defaults
+/// (train.precision is add_precision_key's), and bounds the counts: train.steps, warmup,
+/// eval_every and checkpoint_every in [0, kMaxSteps], log_every in [1, kMaxSteps], batch_size in
+/// [1, 2^20], accumulate in [1, 2^16]. Returns `schema`. A key already in the schema is a schema
+/// error (Schema::error), as for any key added twice.
 Schema& add_train_keys(Schema& schema, const TrainDefaults& defaults = {});
 
 /// train.precision: "float32" (the default) or "bf16": matrix products under autocast

@@ -1,7 +1,7 @@
 /// @file
 /// Head gates (docs/attention.md, "Head gates"): Hard Concrete gates with the expected-L0 penalty
 /// (Louizos et al. 2018, as used for heads by Voita et al. 2019), and the fixed `head_mask`
-/// buffer whose gradient is Michel et al.'s head importance.
+/// buffer whose gradient is the head importance of Michel et al. 2019.
 /// @ingroup attention
 #pragma once
 #include "nn/attention/spec.hpp"

@@ -34,16 +34,16 @@ ScoreFunction parse_score(const std::string& name);
 struct MhaOptions {
   int64_t kv_heads = 0;                 ///< g key/value heads; 0 = heads (no grouping)
   std::vector<int64_t> kv_index;        ///< (h) each query head's kv head (prune_heads); empty = i / (h/g)
-  bool alibi = false;
+  bool alibi = false;                   ///< ALiBi (Press et al. 2022): adds -slope_i |n - m| to head i's scores
   std::vector<double> alibi_slopes;     ///< (h) pinned slopes (prune_heads); empty = alibi_slopes(h)
-  bool qk_norm = false;
+  bool qk_norm = false;                 ///< RMSNorm over dk (eps 1e-6) of every q_i and k_j, one weight (dk) each for q and k
   double softcap = 0;                   ///< c; 0 = off
-  ScoreFunction score = ScoreFunction::Softmax;
+  ScoreFunction score = ScoreFunction::Softmax;  ///< the function from scores to weights; sinks need Softmax (ValueError)
   std::optional<double> sigmoid_bias;   ///< b; unset = -log(M)
-  double softpick_eps = 1e-6;
-  bool sinks = false;
-  bool rope = false;
-  double rope_base = 10000;
+  double softpick_eps = 1e-6;           ///< softpick's eps in the denominator (score=Softpick); the spec refuses one not finite and > 0
+  bool sinks = false;                   ///< a learned logit per head (parameter `sinks`, (h)) in each softmax's denominator
+  bool rope = false;                    ///< rotate-half RoPE of q_i and k_j over all dk dims; needs an even dk (ValueError)
+  double rope_base = 10000;             ///< RoPE's base (angles position / base^(2i / dk)); the spec refuses one not finite and > 0
 };
 
 /// The `mha` variant: scaled dot-product multi-head attention with the options of current models (see the file's description).

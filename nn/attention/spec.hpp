@@ -84,14 +84,20 @@ struct Capabilities {
   std::vector<std::pair<std::string, Support>> features() const;
 };
 
+/// What a variant declares about itself: its name, summary, options with defaults, costs and
+/// capabilities. Each variant's static schema() returns it and the registry files it (Variant);
+/// Options checks a spec against it, format_spec writes one back, and `attnlab variants` and
+/// `attnlab explain` print it.
 struct VariantSchema {
   std::string name;     ///< the registry name: make_attention("NAME(...)")
   std::string summary;  ///< one line, with the paper
   std::vector<OptionSchema> options;  ///< every option the variant accepts, in spec order
-  /// Time and memory as functions of N, M, D, h, dk, dv and the variant's options, one line
-  /// each (docs/attention.md, "What every variant offers"), e.g. "O(B h N M dk)".
+  /// Time as a function of N, M, D, h, dk, dv and the variant's options, one line
+  /// (docs/attention.md, "What every variant offers"), e.g. "O(B h N M dk)".
   std::string time_cost;
+  /// Memory in the same terms, one line, e.g. "O(B h N M) for the scores and probabilities".
   std::string memory_cost;
+  /// The features the conformance suite may rely on (default: none declared, every one probed).
   Capabilities capabilities = {};
 };
 

@@ -41,6 +41,8 @@ void set_bf16_tile_products_enabled(bool enabled);
 /// section 11: the reference LM, causal N = 256, where the kernel in bf16 is even with float32 or
 /// ahead within the noise). Tests change it to run either path on small problems.
 int64_t bf16_min_keys_per_row();
+/// Sets the size rule's average (process-wide, for every later call; not checked: 0 or less lets
+/// every problem use the bf16 products, a value above the keys a row can have lets none).
 void set_bf16_min_keys_per_row(int64_t keys);
 
 /// C (m, n; ldc) = alpha A B, or C += alpha A B when accumulate; k2 = ceil(k / 2) words along k.
@@ -66,13 +68,19 @@ enum class PackKind {
 /// The words live in a buffer borrowed from a process-wide pool and returned when the pack dies:
 /// a fresh buffer of this size is an mmap whose pages fault in (and are zeroed) on every call.
 struct PackedHeads {
+  /// The packs of every (b, head), (b, h)'s at (b heads + h) per_head; from the pool, so it may be
+  /// longer than B heads per_head words, and the words past those are stale.
   std::vector<uint32_t> words;
-  int64_t heads = 0, per_head = 0, ld = 0;  ///< words per (b, head); words per row
+  int64_t heads = 0;     ///< the heads per batch element of the packed tensor
+  int64_t per_head = 0;  ///< words per (b, head): rows x ld
+  int64_t ld = 0;        ///< words per row of a head's pack
   /// Word row `row` of head (b, h).
   const uint32_t* at(int64_t b, int64_t h, int64_t row) const { return words.data() + (b * heads + h) * per_head + row * ld; }
 
   PackedHeads() = default;
+  /// Takes `o`'s buffer; `o` is left empty and gives nothing back.
   PackedHeads(PackedHeads&& o) noexcept = default;
+  /// Gives this pack's buffer back to the pool, then takes `o`'s words and sizes.
   PackedHeads& operator=(PackedHeads&& o) noexcept {
     give_back();
     words = std::move(o.words), heads = o.heads, per_head = o.per_head, ld = o.ld;
@@ -83,6 +91,11 @@ struct PackedHeads {
  private:
   void give_back();
 };
+/// Packs every (b, head) of the (B, heads, n, d) float32 tensor X (element (b, h, i, e) at
+/// X[b sb + h sh + i sr + e]; d contiguous) as `kind` says, in parallel over the B heads pairs:
+/// InRows gives (n, ceil(d/2)) words per head, InRowsT (ceil(d/2), n), AcrossRows (ceil(n/2), d),
+/// AcrossRowsShifted (n/2, d) from row 1. Call only when bf16_tile_products_available(): in a build
+/// without the AVX512_BF16 products it throws ValueError (when B heads > 0).
 PackedHeads pack_heads(const float* X, int64_t sb, int64_t sh, int64_t sr, int64_t B, int64_t heads, int64_t n,
                        int64_t d, PackKind kind);
 

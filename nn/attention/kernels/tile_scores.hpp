@@ -44,7 +44,9 @@ constexpr T kNegInf = -std::numeric_limits<T>::infinity();
 template <class T>
 struct Rows {
   T* p = nullptr;                    ///< element (0, 0, 0, 0)
-  int64_t sb = 0, sh = 0, sr = 0;    ///< batch, head and row strides, in elements
+  int64_t sb = 0;                    ///< the batch stride, in elements
+  int64_t sh = 0;                    ///< the head stride, in elements
+  int64_t sr = 0;                    ///< the row stride, in elements
   /// The first element of row (b, h, i).
   T* row(int64_t b, int64_t h, int64_t i) const { return p + b * sb + h * sh + i * sr; }
 };
