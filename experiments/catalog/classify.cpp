@@ -18,6 +18,7 @@ using namespace models;
 Schema classify_schema() {
   Schema s;
   add_task_keys(s, "listops");
+  add_recall_layout_key(s);
   add_model_keys(s);
   add_train_keys(s, {.steps = 300, .batch_size = 32, .lr = 1e-3, .warmup = 30, .eval_every = 100});
   return s;

@@ -44,30 +44,35 @@ TensorDataset make_sort_task(int64_t n, int64_t length, int64_t vocab, uint64_t 
 }
 
 TensorDataset make_associative_recall(int64_t n, int64_t num_pairs, int64_t num_keys, int64_t num_values,
-                                      uint64_t seed) {
-  if (n < 0 || num_pairs < 1 || num_pairs > num_keys || num_values < 1)
-    fail<ValueError>("make_associative_recall: need n >= 0, 1 <= num_pairs <= num_keys, num_values >= 1, got n {}, "
-                     "num_pairs {}, num_keys {}, num_values {}",
-                     n, num_pairs, num_keys, num_values);
-  const int64_t len = 2 * num_pairs + 1;
+                                      uint64_t seed, int64_t pair_tokens) {
+  if (n < 0 || num_pairs < 1 || num_pairs > num_keys || num_values < 1 || (pair_tokens != 1 && pair_tokens != 2))
+    fail<ValueError>("make_associative_recall: need n >= 0, 1 <= num_pairs <= num_keys, num_values >= 1, "
+                     "pair_tokens 1 or 2, got n {}, num_pairs {}, num_keys {}, num_values {}, pair_tokens {}",
+                     n, num_pairs, num_keys, num_values, pair_tokens);
+  const int64_t len = pair_tokens * num_pairs + 1;
   TensorDataset ds{Tensor::empty({n, len}, kInt64), Tensor::empty({n}, kInt64)};
-  int64_t* x = ds.inputs.data<int64_t>();   // (n, 2P + 1)
+  int64_t* x = ds.inputs.data<int64_t>();   // (n, pair_tokens P + 1)
   int64_t* y = ds.targets.data<int64_t>();  // (n)
-  std::vector<int64_t> keys(num_keys);
+  std::vector<int64_t> keys(num_keys), values(num_pairs);
   for (int64_t i = 0; i < n; ++i) {
     PhiloxStream rng(seed, static_cast<uint64_t>(i));
     // The first P steps of a Fisher-Yates shuffle: P distinct keys, uniformly.
     std::iota(keys.begin(), keys.end(), int64_t{0});
     for (int64_t p = 0; p < num_pairs; ++p)
       std::swap(keys[p], keys[p + static_cast<int64_t>(rng.below(uint64_t(num_keys - p)))]);
+    for (int64_t p = 0; p < num_pairs; ++p) values[p] = static_cast<int64_t>(rng.below(uint64_t(num_values)));
+    const int64_t q = static_cast<int64_t>(rng.below(uint64_t(num_pairs)));
     int64_t* xi = x + i * len;
     for (int64_t p = 0; p < num_pairs; ++p) {
-      xi[2 * p] = keys[p];
-      xi[2 * p + 1] = num_keys + static_cast<int64_t>(rng.below(uint64_t(num_values)));
+      if (pair_tokens == 2) {
+        xi[2 * p] = keys[p];
+        xi[2 * p + 1] = num_keys + values[p];
+      } else {
+        xi[p] = num_keys + num_values + keys[p] * num_values + values[p];
+      }
     }
-    const int64_t q = static_cast<int64_t>(rng.below(uint64_t(num_pairs)));
-    xi[len - 1] = xi[2 * q];
-    y[i] = xi[2 * q + 1];
+    xi[len - 1] = keys[q];
+    y[i] = num_keys + values[q];
   }
   return ds;
 }

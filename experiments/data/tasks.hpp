@@ -33,10 +33,23 @@ TensorDataset make_copy_task(int64_t n, int64_t length, int64_t vocab, uint64_t 
 TensorDataset make_reverse_task(int64_t n, int64_t length, int64_t vocab, uint64_t seed);  ///< targets: the input reversed
 TensorDataset make_sort_task(int64_t n, int64_t length, int64_t vocab, uint64_t seed);  ///< targets: the input sorted
 
-/// 1 <= num_pairs <= num_keys, num_values >= 1; otherwise ValueError.
+/// Associative recall: P key/value pairs and a query key -> the query's value (a class label).
+///   ids: keys [0, K), values [K, K + V)
+///   pair_tokens = 2: inputs (n, 2P + 1)  k_1 v_1 ... k_P v_P q;   targets (n) the value of key q
+///   pair_tokens = 1: inputs (n, P + 1)   (k_1, v_1) ... (k_P, v_P) q, one id per pair:
+///                    pair (k, v) = K + V + k V + (v - K), in [K + V, K + V + K V); targets as above
+/// The P keys are distinct (the answer is unique), values are drawn with replacement, the query is
+/// a uniform one of the P keys. Both layouts draw the same pairs and query for the same (seed, i).
+/// The two-token layout needs a layer that moves each key onto its value's position before a
+/// second can match the query (a plateau before it is found); with one token per pair one layer
+/// can match the query against the pairs' key part.
+/// ValueError unless n >= 0, 1 <= num_pairs <= num_keys, num_values >= 1, pair_tokens 1 or 2.
 TensorDataset make_associative_recall(int64_t n, int64_t num_pairs, int64_t num_keys, int64_t num_values,
-                                      uint64_t seed);
-inline int64_t associative_recall_vocab(int64_t num_keys, int64_t num_values) { return num_keys + num_values; }  ///< keys and values
+                                      uint64_t seed, int64_t pair_tokens = 2);
+/// The vocabulary of make_associative_recall: K + V ids (pair_tokens 2), K + V + K V (pair_tokens 1).
+inline int64_t associative_recall_vocab(int64_t num_keys, int64_t num_values, int64_t pair_tokens = 2) {
+  return num_keys + num_values + (pair_tokens == 1 ? num_keys * num_values : 0);
+}
 
 }  // namespace attnlab::data
 /// @}

@@ -144,15 +144,27 @@ TaskData recall(const Config& c) {
                 values = positive(c, "task.num_values");
   if (pairs > keys)
     fail<ConfigError>("task 'recall': task.num_pairs {} exceeds task.num_keys {} (keys are distinct)", pairs, keys);
+  // task.pair_tokens is in the schemas of the experiments that offer the one-token layout; else 2.
+  const int64_t pair_tokens = c.schema().find("task.pair_tokens") ? c.get_int("task.pair_tokens") : 2;
+  if (pair_tokens != 1 && pair_tokens != 2)
+    fail<ConfigError>("task 'recall': task.pair_tokens must be 1 or 2, got {} (from {})", pair_tokens,
+                      c.origin("task.pair_tokens"));
   TaskData t;
-  t.train = data::make_associative_recall(positive(c, "task.train_size"), pairs, keys, values, split_seed(c, 0));
-  t.val = data::make_associative_recall(positive(c, "task.val_size"), pairs, keys, values, split_seed(c, 1));
-  t.test = data::make_associative_recall(positive(c, "task.test_size"), pairs, keys, values, split_seed(c, 2));
-  t.vocab_size = t.num_classes = data::associative_recall_vocab(keys, values);
-  t.seq_len = 2 * pairs + 1;
+  auto make = [&](const char* size, int split) {
+    return data::make_associative_recall(positive(c, size), pairs, keys, values, split_seed(c, split), pair_tokens);
+  };
+  t.train = make("task.train_size", 0);
+  t.val = make("task.val_size", 1);
+  t.test = make("task.test_size", 2);
+  t.vocab_size = data::associative_recall_vocab(keys, values, pair_tokens);
+  t.num_classes = keys + values;  // targets are value ids; pair ids (pair_tokens = 1) never are
+  t.seq_len = pair_tokens * pairs + 1;
   t.tokens = symbol_names(keys, "k");
   for (auto& v : symbol_names(values, "v")) t.tokens.push_back(v);
   t.classes = t.tokens;
+  if (pair_tokens == 1)
+    for (int64_t k = 0; k < keys; ++k)
+      for (int64_t v = 0; v < values; ++v) t.tokens.push_back(fmt::format("k{}v{}", k, v));
   return t;
 }
 
@@ -261,6 +273,12 @@ const std::vector<TaskInfo>& tasks() {
     return v;
   }();
   return out;
+}
+
+Schema& add_recall_layout_key(Schema& s) {
+  return s.add("task.pair_tokens", int64_t(2),
+               "recall: positions per key/value pair, 2 (k v) or 1 (one id per pair; docs/experiments.md)")
+      .bound("task.pair_tokens", 0, 1 << 20);
 }
 
 Schema& add_task_keys(Schema& s, const std::string& name) {

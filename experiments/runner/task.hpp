@@ -70,6 +70,11 @@ const std::vector<TaskInfo>& tasks();
 /// Adds the task.* keys to an experiment's schema, with `name` as the default task.
 Schema& add_task_keys(Schema& schema, const std::string& name);
 
+/// Adds task.pair_tokens, the layout of the `recall` task: 2 (k v, the default) or 1 (one id per
+/// pair, data::make_associative_recall), for the experiments that offer both (classify, example).
+/// A schema without it builds the two-token layout.
+Schema& add_recall_layout_key(Schema& schema);
+
 /// Builds the data of config's task.name. ConfigError naming task.name (and the known tasks) for
 /// an unknown task or a task that does not fit the other keys; FileError when a data set's files
 /// are missing.

@@ -98,6 +98,26 @@ TEST_CASE("associative recall layout and answers") {
   CHECK(keys == std::set<int64_t>{0, 1, 2, 3});
 }
 
+TEST_CASE("associative recall with one token per pair: the same pairs and query, one id each") {
+  const int64_t n = 100, P = 6, K = 8, V = 8;
+  TensorDataset two = make_associative_recall(n, P, K, V, 5), one = make_associative_recall(n, P, K, V, 5, 1);
+  CHECK(one.inputs.shape() == Dims{n, P + 1});
+  CHECK(associative_recall_vocab(K, V, 1) == K + V + K * V);
+  CHECK(one.targets.to_vector<int64_t>() == two.targets.to_vector<int64_t>());
+  for (int64_t i = 0; i < n; ++i) {
+    auto x1 = row(one.inputs, i), x2 = row(two.inputs, i);
+    for (int64_t p = 0; p < P; ++p) {
+      // pair (k, v) = K + V + k V + (v - K): the two-token example's pair p, in one id
+      CHECK(x1[p] == K + V + x2[2 * p] * V + (x2[2 * p + 1] - K));
+      CHECK(x1[p] < associative_recall_vocab(K, V, 1));
+    }
+    CHECK(x1[P] == x2[2 * P]);  // the query is a key id in both layouts
+  }
+  CHECK_THROWS_AS(make_associative_recall(4, 2, 4, 3, 0, 3), ValueError);
+  CHECK(attnlab::testing::error_of([] { make_associative_recall(4, 2, 4, 3, 0, 0); }).find("pair_tokens 0") !=
+        std::string::npos);
+}
+
 TEST_CASE("tasks are fixed by the seed, example by example") {
   CHECK(same(make_copy_task(20, 8, 5, 7), make_copy_task(20, 8, 5, 7)));
   CHECK(!same(make_copy_task(20, 8, 5, 7), make_copy_task(20, 8, 5, 8)));

@@ -40,9 +40,9 @@ TEST_CASE("run: a bad attention spec is refused before the run directory exists;
   CHECK(has(typo.console, "head"));
   CHECK_FALSE(fs::exists(dir));
 
-  RunResult shape = run_example(dir, {"model.attention=mha(heads=3)"});  // 3 does not divide d_model 32
+  RunResult shape = run_example(dir, {"model.attention=mha(heads=3)"});  // 3 does not divide d_model 64
   CHECK(shape.status == kExitUsage);
-  CHECK(has(shape.console, "d_model = 32"));
+  CHECK(has(shape.console, "d_model = 64"));  // the quick preset's width
   CHECK_FALSE(fs::exists(dir));
 
   RunResult pooling = run_example(dir, {"model.pooling=max"});

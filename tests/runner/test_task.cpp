@@ -47,6 +47,32 @@ TEST_CASE("task: generated tasks have splits, sizes and token strings") {
   CHECK(a.label(16) == "v0");
 }
 
+TEST_CASE("task: recall with task.pair_tokens = 1 (one id per pair, the demo's layout)") {
+  auto config = [](const std::string& pair_tokens) {
+    Schema s;
+    add_task_keys(s, "recall");
+    add_recall_layout_key(s);
+    Config c(s);
+    for (auto x : {"task.train_size=40", "task.val_size=10", "task.test_size=10", "task.num_pairs=6",
+                   "task.num_keys=8", "task.num_values=8"})
+      c.set(x);
+    c.set("task.pair_tokens=" + pair_tokens);
+    return c;
+  };
+  TaskData two = make_task(config("2")), one = make_task(config("1"));
+  CHECK(two.seq_len == 13);
+  CHECK(two.vocab_size == 16);
+  CHECK(one.seq_len == 7);
+  CHECK(one.train.inputs.shape() == Dims{40, 7});
+  CHECK(one.vocab_size == 16 + 64);
+  CHECK(one.num_classes == 16);  // the targets are value ids in both layouts
+  CHECK(int64_t(one.tokens.size()) == one.vocab_size);
+  CHECK(one.token(16 + 3 * 8 + 5) == "k3v5");
+  CHECK(one.label(8) == "v0");
+  CHECK(one.train.targets.to_vector<int64_t>() == two.train.targets.to_vector<int64_t>());  // same examples
+  CHECK(error_of([&] { make_task(config("3")); }).find("task.pair_tokens must be 1 or 2, got 3") != std::string::npos);
+}
+
 TEST_CASE("task: fortunes and fashion_mnist") {
   TaskData f = make_task(task_config("fortunes", {"task.length=32"}));
   CHECK(f.language_model);
