@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <set>
 #include <ctime>
 #include <vector>
 
@@ -45,6 +46,11 @@ int main(int argc, char** argv) {
     times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     adam_times.push_back(adam_seconds);
   }
+  // Distinct parameters: a tied head's weight aliases tok_emb.weight and counts once (as in torch).
+  std::set<std::pair<const void*, int64_t>> seen;
+  int64_t params = 0;
+  for (const Tensor& p : lm.model.parameters())
+    if (seen.insert({p.storage().get(), p.offset()}).second) params += p.numel();
   std::sort(times.begin(), times.end());
   std::sort(adam_times.begin(), adam_times.end());
   const double median = times[times.size() / 2];
@@ -52,7 +58,7 @@ int main(int argc, char** argv) {
   std::printf("{\"model\": \"%s\", \"tokens_per_s\": %.1f, \"step_ms\": %.2f, \"step_ms_min\": %.2f, \"step_ms_max\": %.2f, \"threads\": %d, \"params\": %lld, "
               "\"system_allocs_per_step\": %.2f, \"peak_bytes\": %lld, \"adam_ms\": %.3f}\n",
               lm.shape.name.c_str(), double(B * N) / median, median * 1e3, times.front() * 1e3, times.back() * 1e3,
-              num_threads(), (long long)lm.model.num_parameters(),
+              num_threads(), (long long)params,
               double(allocator_stats().system_allocs - allocs0) / steps, (long long)allocator_stats().peak_bytes_in_use, adam_median * 1e3);
   return 0;
 }
