@@ -9,6 +9,7 @@
 #   make bench-attention the fused attention kernel, N = 1K ... 32K, against PyTorch (minutes)
 #   make bench-decode    decoding at context 4096: cache bytes per token and tokens/s against mha
 #   make bench-mha-options  a training step with each mha option (one layer, then the reference LM)
+#   make bench-gpt2      GPT-2 small's training step, tied and untied head, against PyTorch (minutes)
 #   make test-slurm      sweeps as job arrays under a local single-node Slurm (root; minutes; not in `make test`)
 #   make fuzz            libFuzzer on every file and string parser, FUZZ_RUNS executions each (clang)
 #   make docs            the API reference (Doxygen) in build/docs/html
@@ -18,7 +19,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps deps-test docs package test-package tidy build cli demo test test-slurm test-sanitize fuzz bench bench-lra bench-lra-long bench-attention bench-decode bench-mha-options clean
+.PHONY: all deps deps-test docs package test-package tidy build cli demo test test-slurm test-sanitize fuzz bench bench-lra bench-lra-long bench-attention bench-decode bench-mha-options bench-gpt2 clean
 
 all: build
 
@@ -102,6 +103,10 @@ bench-lra-long: build
 bench-attention: build
 	cmake --build $(BUILD) -j $(JOBS) --target bench_attention
 	sh bench/run_attention.sh $(BUILD)
+
+bench-gpt2: build
+	cmake --build $(BUILD) -j $(JOBS) --target bench_lm
+	sh bench/run_gpt2.sh $(BUILD)
 
 bench-decode: build
 	cmake --build $(BUILD) -j $(JOBS) --target bench_decode

@@ -460,6 +460,20 @@ Tensor mT(const Tensor& x) {
   return x.as_strided(sh, st, x.offset());
 }
 
+// The gradient of b in x (..., n, k) @ b (k, m), laid out like b. When b is the transposed view
+// of a contiguous (m, k) matrix (a Linear's transpose(weight, 0, 1), a tied LM head), the product
+// is computed as g^T x, (m, k) contiguous, and returned as its transposed view: the transpose's
+// backward then hands the weight a contiguous gradient, which .grad adopts or adds without strides
+// (computed in b's (k, m) layout it would be a transposed copy or a strided add per step).
+Tensor weight_grad(const Tensor& a, const Tensor& g, const Tensor& b) {
+  const bool transposed = b.dim() == 2 && b.size(0) > 1 && b.size(1) > 1 && b.stride(0) == 1 && b.stride(1) == b.size(0);
+  if (!transposed) return (b.dim() == 2 && a.dim() > 2) ? fold_batch_weight_grad(a, g) : k::matmul(mT(a), g);
+  Tensor a2 = k::contiguous(a), g2 = k::contiguous(g);
+  const int64_t kk = b.size(0), m = b.size(1), rows = a.numel() / kk;
+  Tensor gt = g2.as_strided(Dims{m, rows}, Dims{1, m}, 0);                       // (m, B*n), a transposed view
+  return mT(k::matmul(gt, a2.as_strided(Dims{rows, kk}, Dims{kk, 1}, 0)));  // (m, k) -> viewed (k, m)
+}
+
 // matmul inside an autocast(bf16) scope (autograd/autocast.hpp): the float32 operands rounded
 // to bf16, products accumulated in float32. Backward keeps the bf16 operands and rounds the
 // float32 gradient to bf16, as torch.autocast's recorded casts do; the gradients are float32.
@@ -488,7 +502,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   return record("matmul", k::matmul(a, b), {a, b}, [a, b](const Tensor& grad, const Tensor&, const Node& n) {
     Tensor ga, gb;
     if (n.needs_grad(0)) ga = k::matmul(grad, mT(b));  // (..., n, m) @ (..., m, k)
-    if (n.needs_grad(1)) gb = (b.dim() == 2 && a.dim() > 2) ? fold_batch_weight_grad(a, grad) : k::matmul(mT(a), grad);
+    if (n.needs_grad(1)) gb = weight_grad(a, grad, b);
     return Grads{ga, gb};
   });
 }

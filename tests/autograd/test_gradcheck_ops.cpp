@@ -391,6 +391,31 @@ TEST_CASE("gradcheck: matmul") {
              {nc_randn({2, 1, 3}, 652), nc_randn({1, 3, 4}, 653)});
 }
 
+TEST_CASE("matmul x @ transpose(w): w's gradient comes back contiguous, equal to the naive g^T x") {
+  // A Linear's product (and a tied LM head's): the weight gradient is computed in the weight's own
+  // (out, in) layout, so .grad adopts it without a transposed copy. The naive twin: the folded
+  // (in, out) product x^T g, transposed.
+  for (const Dims& xs : {Dims{5, 4}, Dims{2, 3, 4}, Dims{2, 2, 3, 4}}) {
+    Generator gen(70);
+    Tensor x = randn(xs, gen, kFloat64).requires_grad_();
+    Tensor w = randn({6, 4}, gen, kFloat64).requires_grad_();  // (out, in), contiguous
+    Tensor y = matmul(x, transpose(w, 0, 1));                   // (..., 6)
+    Tensor g = randn(y.shape(), gen, kFloat64);
+    y.backward(g);
+    const int64_t rows = x.numel() / 4;
+    Tensor want = kernels::matmul(transpose(reshape(g, {rows, 6}), 0, 1), reshape(x.detach(), {rows, 4}));  // (6, 4)
+    CAPTURE(to_string(xs));
+    REQUIRE(w.grad().shape() == Dims{6, 4});
+    CHECK(w.grad().is_contiguous());
+    CHECK(allclose(w.grad(), want, 1e-12, 1e-12));
+    // A second backward adds to it in place, in the same layout.
+    Tensor before = w.grad();
+    matmul(x, transpose(w, 0, 1)).backward(g);
+    CHECK(w.grad().storage() == before.storage());
+    CHECK(allclose(w.grad(), mul(want, 2.0), 1e-12, 1e-12));
+  }
+}
+
 // ============================ structure and indexing ============================
 
 TEST_CASE("gradcheck: cat, stack, split, chunk") {
