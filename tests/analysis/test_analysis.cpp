@@ -76,7 +76,7 @@ void zero_biases(nn::Module& m) {
 
 }  // namespace
 
-TEST_CASE("analysis: a head attending to n-1 is positional(-1); a uniform head is not") {
+TEST_CASE("analysis: a head attending to n-1 is positional(-1), a uniform head is not") {
   const int64_t N = 6;
   AttentionRecorder rec(bare_probe(/*causal=*/true), {});
   Tensor p = maps_of(N, {[&](int64_t n) { return one_hot(N, std::max<int64_t>(n - 1, 0)); },
@@ -131,7 +131,7 @@ TEST_CASE("analysis: ListOps enclosing operators, and a structural head scores 1
   CHECK(table.find("baseline 0.250") != std::string::npos);
 }
 
-TEST_CASE("analysis: a head on the rarest visible token is rare-token; class masses add up") {
+TEST_CASE("analysis: a head on the rarest visible token is rare-token, class masses add up") {
   // Token 7 is rare in the corpus; it appears at position 3.
   const std::vector<int64_t> toks = {5, 5, 5, 7, 5, 5};
   const int64_t N = 6;
@@ -162,7 +162,7 @@ TEST_CASE("analysis: a head on the rarest visible token is rare-token; class mas
   CHECK(h0.class_mass[0] + h0.class_mass[1] == doctest::Approx(double(h0.queries)));  // rows sum to 1
 }
 
-TEST_CASE("analysis: associative recall: a head from the query to the answer is retrieval; others are not") {
+TEST_CASE("analysis: associative recall: a head from the query to the answer is retrieval, others are not") {
   // Keys are ids 0..3, values 4..7: k2 v5 k0 v6 k3 v4, query k0; the answer v6 sits at position 3.
   const std::vector<int64_t> toks = {2, 5, 0, 6, 3, 4, 0};
   const int64_t N = 7, query = 6;
@@ -210,7 +210,7 @@ TEST_CASE("analysis: associative recall: a head from the query to the answer is 
   CHECK(std::isnan(head_roles(none.stats())[0][0].retrieval));
 }
 
-TEST_CASE("analysis: running statistics do not grow with the data set; only K maps are kept") {
+TEST_CASE("analysis: running statistics do not grow with the data set, only K maps are kept") {
   const int64_t N = 10;
   StatsConfig cfg;
   cfg.keep_examples = 3;
@@ -231,7 +231,7 @@ TEST_CASE("analysis: running statistics do not grow with the data set; only K ma
   CHECK(bytes[39] < 4 * (sizeof(HeadStats) + (2 * N - 1) * 48) + 4096);
 }
 
-TEST_CASE("analysis: capture and recorder on a real classifier; variants without probabilities are named") {
+TEST_CASE("analysis: capture and recorder on a real classifier, variants without probabilities are named") {
   manual_seed(0);
   nn::EncoderClassifier model(small_encoder("mha(heads=2)"));
   Probe probe = classifier_probe(model, data::kListOpsPad);
@@ -348,7 +348,7 @@ TEST_CASE("analysis: LRP relevance is conservative on bias-free models (classifi
     CHECK(lrel.raw()[l][0] + lrel.raw()[l][1] == doctest::Approx(lrel.check().branch[l]).epsilon(1e-9));
 }
 
-TEST_CASE("analysis: gate values are the eval-mode gates; heatmaps and tables are written") {
+TEST_CASE("analysis: gate values are the eval-mode gates, heatmaps and tables are written") {
   manual_seed(5);
   nn::EncoderClassifier model(small_encoder("mha(heads=4, gate=hard_concrete, gate_init=0.5)"));
   model.train();

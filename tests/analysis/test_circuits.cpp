@@ -86,7 +86,7 @@ TEST_CASE("circuit_scores: a previous-token head, an induction head and a unifor
   CHECK(role_table(none).find("induction") == std::string::npos);
 }
 
-TEST_CASE("circuit_scores: the sequence starts after a CLS position; bad shapes are errors") {
+TEST_CASE("circuit_scores: the sequence starts after a CLS position, bad shapes are errors") {
   const int64_t K = 4, N = 2 * K + 1;
   std::vector<int64_t> tok(size_t(N), 7);
   tok[0] = -1;  // CLS

@@ -348,7 +348,7 @@ TEST_CASE("conformance: the declared capabilities decide what runs, and a declar
   CHECK(nn::variant_registration_errors().empty());
 }
 
-TEST_CASE("attnlab check prints one line per check; exit 0 all pass, 1 a failure, 2 a bad spec") {
+TEST_CASE("attnlab check prints one line per check, exit 0 all pass, 1 a failure, 2 a bad spec") {
   auto run = [](cli::CheckCommandOptions o, std::string* text = nullptr) {
     std::ostringstream out, err;
     const int status = cli::run_check(o, out, err);

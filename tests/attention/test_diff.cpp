@@ -85,7 +85,7 @@ TEST_CASE("diff parameters: names, shapes, the lambda init N(0, 0.1^2) and lambd
         doctest::Approx(0.8 - 0.6 * std::exp(-0.9)).epsilon(1e-15));
 }
 
-TEST_CASE("diff: the fused path equals the composed one; each map row sums to 1 - lambda; empty rows are zero") {
+TEST_CASE("diff: the fused path equals the composed one, each map row sums to 1 - lambda, empty rows are zero") {
   for (std::string spec : {"diff(heads=2, key_size=3, value_size=5)", "diff(heads=2, causal=true, layer=5)"}) {
     CAPTURE(spec);
     auto a = diff64(spec);
@@ -111,7 +111,7 @@ TEST_CASE("diff: the fused path equals the composed one; each map row sums to 1 
   }
 }
 
-TEST_CASE("diff gradcheck: both paths; self, causal, masked, cross-attention, gated, lambda vectors") {
+TEST_CASE("diff gradcheck: both paths, self, causal, masked, cross-attention, gated, lambda vectors") {
   for (std::string spec : {"diff(heads=2, key_size=3)", "diff(heads=2, causal=true, value_size=3)",
                            "diff(heads=2, bias=false, layer=3)", "diff(heads=2, gate=hard_concrete)"}) {
     for (bool need_weights : {false, true}) {

@@ -59,7 +59,7 @@ Trained train_gated(double lambda) {
 
 }  // namespace
 
-TEST_CASE("L0 penalty training closes heads exactly; without it they stay open") {
+TEST_CASE("L0 penalty training closes heads exactly, without it they stay open") {
   Trained sparse = train_gated(1.0), dense = train_gated(0.0);
   int closed = 0;
   for (size_t i = 0; i < 4; ++i) {

@@ -194,7 +194,7 @@ TEST_CASE("changing k_proj.bias never changes mha's output (seed 000)") {
   CHECK_FALSE(has);
 }
 
-TEST_CASE("all-open gates equal no gates; the L0 penalty follows the formula") {
+TEST_CASE("all-open gates equal no gates, the L0 penalty follows the formula") {
   auto plain = mha64("mha(heads=2)");
   auto gated = mha64("mha(heads=2, gate=hard_concrete)");
   gated->load_state_dict(plain->state_dict(), false);

@@ -79,7 +79,7 @@ TEST_CASE("mha options gradcheck: every option together, with each score functio
     check_option_grads(spec);
 }
 
-TEST_CASE("mha options: kv_heads = heads is plain mha; grouped kv equals mha with repeated kv heads") {
+TEST_CASE("mha options: kv_heads = heads is plain mha, grouped kv equals mha with repeated kv heads") {
   Generator g(5);
   Tensor x = randn({2, 4, 8}, g, kFloat64), ctx = randn({2, 6, 8}, g, kFloat64);
   auto plain = options64("mha(heads=4)");
@@ -138,7 +138,7 @@ TEST_CASE("mha options: ALiBi slopes for 8 and 6 heads, and the bias they add") 
     }
 }
 
-TEST_CASE("mha options: softcap 1e9 is no softcap; sinks at -1e30 are plain softmax") {
+TEST_CASE("mha options: softcap 1e9 is no softcap, sinks at -1e30 are plain softmax") {
   Generator g(8);
   Tensor x = randn({2, 4, 8}, g, kFloat64), ctx = randn({2, 5, 8}, g, kFloat64);
   const Tensor mask = query_mask();
@@ -211,7 +211,7 @@ TEST_CASE("mha options: sigmoid and softpick probabilities follow their formulas
     }
 }
 
-TEST_CASE("mha options: qk_norm makes scores invariant to the scale of q and k; rope_rotate is RoPE") {
+TEST_CASE("mha options: qk_norm makes scores invariant to the scale of q and k, rope_rotate is RoPE") {
   Generator g(11);
   Tensor x = randn({2, 4, 8}, g, kFloat64);
   auto a = options64("mha(heads=2, qk_norm=true, bias=false, rope=true)");
@@ -328,7 +328,7 @@ TEST_CASE("mha options: the decoding cache holds g key/value heads") {
   CHECK(multi_query->make_cache(2, 10)->numel() * 4 == full);
 }
 
-TEST_CASE("mha options: prune_heads keeps the kv heads still used; pruned equals masked") {
+TEST_CASE("mha options: prune_heads keeps the kv heads still used, pruned equals masked") {
   struct Case {
     std::string spec;
     std::vector<int64_t> keep;

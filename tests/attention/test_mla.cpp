@@ -146,7 +146,7 @@ TEST_CASE("mla's fused path equals the composed path across several tiles, outpu
   for (size_t i = 0; i < fused.size(); ++i) check_close("tensor " + std::to_string(i), fused[i], composed[i]);
 }
 
-TEST_CASE("mla attention dropout acts in train mode only, on both paths; the probabilities are taken before it") {
+TEST_CASE("mla attention dropout acts in train mode only, on both paths, the probabilities are taken before it") {
   auto a = mla64("mla(heads=2, kv_rank=3, key_size=2, rope_size=2, attn_dropout=0.5)");
   Generator g(8);
   Tensor x = randn({2, 5, 8}, g, kFloat64);
@@ -162,7 +162,7 @@ TEST_CASE("mla attention dropout acts in train mode only, on both paths; the pro
   }
 }
 
-TEST_CASE("mla decoding: the cache holds r + dr numbers per token; plain and absorbed steps equal the causal forward") {
+TEST_CASE("mla decoding: the cache holds r + dr numbers per token, plain and absorbed steps equal the causal forward") {
   for (const char* q : {"", ", q_rank=3"}) {
     const std::string base = std::string("mla(heads=2, kv_rank=3, key_size=2, rope_size=4, value_size=3") + q;
     for (const char* absorb : {"true", "false"}) {

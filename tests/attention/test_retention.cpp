@@ -219,7 +219,7 @@ TEST_CASE("retention chunked: the recorded graph does not grow with the number o
   CHECK(ops_at(16) > 0);
 }
 
-TEST_CASE("retention forward_step (the recurrent form) equals the causal forward; the state is h dk dv per sequence") {
+TEST_CASE("retention forward_step (the recurrent form) equals the causal forward, the state is h dk dv per sequence") {
   auto a = ret64("retention(heads=2, key_size=3, value_size=5, chunk=2, gate=hard_concrete)");
   Generator g(9);
   Tensor x = randn({2, 9, 8}, g, kFloat64);

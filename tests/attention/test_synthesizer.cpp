@@ -153,7 +153,7 @@ TEST_CASE("each synthesizer part alone matches a naive loop, also causal with pa
   }
 }
 
-TEST_CASE("a mixture of all six parts matches a naive loop; mixture weights and attention rows sum to 1") {
+TEST_CASE("a mixture of all six parts matches a naive loop, mixture weights and attention rows sum to 1") {
   auto a = synth64("synthesizer(parts=vanilla+dense+random+fixed_random+factorized_dense+factorized_random, heads=2, "
                    "max_len=7, factor=2, a=2, b=4, hidden=3)");
   auto& m = as_synth(a);

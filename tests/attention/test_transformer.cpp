@@ -102,7 +102,7 @@ TEST_CASE("EncoderClassifier: feature inputs, mean pooling, padding, post-norm")
   CHECK(error_of([&] { model.forward(randn({2, 8, 5}, g)); }).find("exceeds max_len 7") != std::string::npos);
 }
 
-TEST_CASE("CausalLM: the output at position n does not depend on tokens after n; every parameter gets a gradient") {
+TEST_CASE("CausalLM: the output at position n does not depend on tokens after n, every parameter gets a gradient") {
   manual_seed(3);
   nn::CausalLM lm(lm_config("mha(heads=4)", 2, 13, 8));
   Tensor a = from_vector<int64_t>({1, 2, 3, 4, 5, 6}, {1, 6});
@@ -118,7 +118,7 @@ TEST_CASE("CausalLM: the output at position n does not depend on tokens after n;
   }
 }
 
-TEST_CASE("CausalLM positions: learned has pos_emb (max_len, D); none has none, takes any length and trains") {
+TEST_CASE("CausalLM positions: learned has pos_emb (max_len, D), none has none, takes any length and trains") {
   nn::LMConfig c = lm_config("mha(heads=2)", 1, 7, 8);
   manual_seed(4);
   nn::CausalLM learned(c);
@@ -177,7 +177,7 @@ TEST_CASE("CausalLM positions: a value other than learned or none is a ValueErro
         std::string::npos);
 }
 
-TEST_CASE("EncoderDecoder: shapes, causal decoder, cross-attention reaches the source; gradcheck of a block") {
+TEST_CASE("EncoderDecoder: shapes, causal decoder, cross-attention reaches the source, gradcheck of a block") {
   manual_seed(4);
   nn::Seq2SeqConfig c;
   c.block.d_model = 8;
@@ -225,7 +225,7 @@ TEST_CASE("l0_penalty sums the gates of every layer") {
 
 // ---- packed sequences (segment_ids) ----
 
-TEST_CASE("CausalLM with segment ids equals its documents run one by one; learned positions restart per segment") {
+TEST_CASE("CausalLM with segment ids equals its documents run one by one, learned positions restart per segment") {
   const std::vector<std::vector<int64_t>> docs = {{4, 7, 1}, {12}};
   const Tensor ids = segments_of(docs);  // (2, 12)
   for (const std::string positions : {"learned", "none"}) {

@@ -99,7 +99,7 @@ TEST_CASE("autocast: an MLP's loss and float32 parameter gradients stay within b
   }
 }
 
-TEST_CASE("autocast: float64 is never cast; nested guards restore; AutocastGuard(kFloat32) leaves the scope") {
+TEST_CASE("autocast: float64 is never cast, nested guards restore, AutocastGuard(kFloat32) leaves the scope") {
   Tensor a = leaf64({4, 8}, 1), b = leaf64({8, 3}, 2);
   Tensor want = matmul(a, b).detach();
   {

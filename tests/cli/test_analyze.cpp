@@ -319,7 +319,7 @@ TEST_CASE("analyze: associative recall measures the retrieval mass of every head
   fs::remove_all(run);
 }
 
-TEST_CASE("viz: two runs side by side on the same examples; runs of another task are refused") {
+TEST_CASE("viz: two runs side by side on the same examples, runs of another task are refused") {
   const fs::path a = listops_run(), b = listops_run("mha(heads=4)", "classify_b");
   cli::VizOptions o;
   o.run_dir = a;

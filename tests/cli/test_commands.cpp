@@ -60,7 +60,7 @@ bool contains(const std::string& s, const std::string& part) { return s.find(par
 
 }  // namespace
 
-TEST_CASE("every command: --help prints its Usage line and exits 0; an unknown option exits 2 naming it") {
+TEST_CASE("every command: --help prints its Usage line and exits 0, an unknown option exits 2 naming it") {
   const fs::path dir = fs::temp_directory_path() / fmt::format("attnlab_test_commands_{}", static_cast<long>(getpid()));
   fs::create_directories(dir);
   std::ofstream(dir / "sweep.toml") << "experiment = \"example\"\n";

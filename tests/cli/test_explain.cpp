@@ -173,7 +173,7 @@ TEST_CASE("explain --composed: mha's core as scale, scores, masked softmax and P
   CHECK(printed.out.find("P V: each query's weighted average") != std::string::npos);
 }
 
-TEST_CASE("explain --decode: one step against an L-token cache; GQA and MLA shrink the cache mha reads") {
+TEST_CASE("explain --decode: one step against an L-token cache, GQA and MLA shrink the cache mha reads") {
   const int64_t D = 64, L = 64;
   cli::ExplainOptions o;
   o.decode = L;

@@ -66,7 +66,7 @@ TEST_CASE("save_causal_lm and load_causal_lm round-trip the model") {
   CHECK_THROWS_AS(nn::save_causal_lm(temp_dir() + "/x.safetensors", again, {{"lm.layers", "3"}}), ValueError);
 }
 
-TEST_CASE("LM checkpoints record positions; a file without lm.positions loads as learned") {
+TEST_CASE("LM checkpoints record positions, a file without lm.positions loads as learned") {
   const std::string dir = temp_dir();
   nn::LMConfig c = tiny_lm("local(heads=2, window=4, sink_tokens=1)", 8);
   c.positions = "none";

@@ -67,7 +67,7 @@ TEST_CASE("attnlab ngram: the table is the library's on the lm experiment's task
   CHECK(contains(a.out, fmt::format("\n1 | {:.4f}\n", bpc[0])));
 }
 
-TEST_CASE("attnlab ngram: a config run lm refuses is a usage error; a task without text fails naming it") {
+TEST_CASE("attnlab ngram: a config run lm refuses is a usage error, a task without text fails naming it") {
   testing::CommandRun r = ngram({"--set", "task.lenght=64"});
   CHECK(r.status == 2);
   CHECK(contains(r.err, "attnlab ngram: "));

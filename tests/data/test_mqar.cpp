@@ -71,7 +71,7 @@ TEST_CASE("mqar: layout, answers, distinct keys, no value at or after a query") 
   CHECK(int64_t(queried_pairs.size()) == P);  // every pair position gets queried somewhere
 }
 
-TEST_CASE("mqar with one token per pair: the pair id names key and value; same answers") {
+TEST_CASE("mqar with one token per pair: the pair id names key and value, same answers") {
   const MqarOptions o{.length = 24, .num_pairs = 6, .num_queries = 6, .num_keys = 8, .num_values = 5, .pair_tokens = 1};
   const int64_t K = 8, V = 5, P = 6, first_pair = 1 + K + V;
   CHECK(mqar_vocab(o) == first_pair + K * V);
@@ -113,7 +113,7 @@ TEST_CASE("mqar and induction: determined by the seed, prefix-stable, seeds disj
   for (const auto& r : rows(i3.inputs)) CHECK(ind.count(r) == 0);
 }
 
-TEST_CASE("induction: the second half repeats the first; next-token targets on the repeat only") {
+TEST_CASE("induction: the second half repeats the first, next-token targets on the repeat only") {
   const int64_t L = 20, half = 10, V = 5;
   TensorDataset ds = make_induction(40, L, V, 4);
   CHECK(ds.inputs.shape() == Dims{40, L});

@@ -119,7 +119,7 @@ TEST_CASE("compressed gradcheck: self, cross-attention with a padding mask, bias
   }
 }
 
-TEST_CASE("compressed: a pruned layer equals the masked one; k/v projections and convolution inputs stay whole") {
+TEST_CASE("compressed: a pruned layer equals the masked one, k/v projections and convolution inputs stay whole") {
   auto a = layer64("compressed(heads=4, key_size=3, value_size=2, stride=2, gate=hard_concrete)", 8);
   auto& l = static_cast<nn::CompressedAttention&>(*a);
   Generator g(4);

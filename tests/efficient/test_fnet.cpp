@@ -92,7 +92,7 @@ TEST_CASE("fnet: plans are cached and safe to use from several threads at once")
   for (size_t i = 0; i < xs.size(); ++i) CHECK(allclose(got[i], want[i], 1e-4, 1e-3));
 }
 
-TEST_CASE("fnet: no parameters, no heads; causal, masks, context and pruning are errors") {
+TEST_CASE("fnet: no parameters, no heads, causal, masks, context and pruning are errors") {
   auto a = make_attention("fnet()", 8);
   CHECK(a->named_parameters().empty());
   CHECK(a->named_buffers().empty());

@@ -262,7 +262,7 @@ TEST_CASE("longformer errors name the option and the values") {
         std::string::npos);
 }
 
-TEST_CASE("longformer: scores are gathered, not N x M; forward+backward memory grows linearly in N") {
+TEST_CASE("longformer: scores are gathered, not N x M, forward+backward memory grows linearly in N") {
   auto a = nn::make_attention("longformer(heads=2, window=4, dilation=2, global=0+100)", 16);
   auto& L = as_longformer(a);
   auto p = L.pattern(4096, 4096, false);

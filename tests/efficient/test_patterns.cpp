@@ -167,7 +167,7 @@ TEST_CASE("every pattern equals its dense-masked twin: self, cross, causal, mask
   }
 }
 
-TEST_CASE("sparse_strided and sparse_fixed default to causal; the twin agrees with the defaults") {
+TEST_CASE("sparse_strided and sparse_fixed default to causal, the twin agrees with the defaults") {
   for (const VariantCase& vc : {VariantCase{"sparse_strided(heads=2, stride=3)", strided_rule(3)},
                                 VariantCase{"sparse_fixed(heads=2, block=4, summary=2)", fixed_rule(4, 2)}}) {
     CAPTURE(vc.spec);

@@ -195,7 +195,7 @@ TEST_CASE("tile_attention dropout equals the twin's dropout with the same seed, 
   CHECK(std::abs(double(kept) / total - 0.75) < 0.01);
 }
 
-TEST_CASE("tile_attention float32 agrees with float64; strided and broadcast inputs need no copy by the caller") {
+TEST_CASE("tile_attention float32 agrees with float64, strided and broadcast inputs need no copy by the caller") {
   Generator g(14);
   const int64_t B = 2, H = 3, N = 70, M = 90, dk = 8, dv = 6;
   // (B, N, h, d) storage viewed as (B, h, N, d), as split_heads gives it
@@ -415,7 +415,7 @@ TEST_CASE("tile_attention options gradcheck: each option and all together, causa
   }
 }
 
-TEST_CASE("tile_attention options: an empty row gives zero output with sinks, sigmoid, softpick; bad options are errors") {
+TEST_CASE("tile_attention options: an empty row gives zero output with sinks, sigmoid, softpick, bad options are errors") {
   Generator g(49);
   TilePattern p{{0, 0, 0}, {2, 0, 3}, {}, {}, {}, {}, {}};  // row 1 allows nothing
   for (std::string name : {"sinks", "sigmoid", "softpick", "all"}) {

@@ -143,7 +143,7 @@ TEST_CASE("registration: duplicate names, dots, empty names and non-floating par
   CHECK_FALSE(b.requires_grad());
 }
 
-TEST_CASE("named_generators: every layer's own generator by dotted name; names are checked") {
+TEST_CASE("named_generators: every layer's own generator by dotted name, names are checked") {
   Net net;
   auto gens = net.named_generators();
   REQUIRE(gens.size() == 2);

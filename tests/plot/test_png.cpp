@@ -47,7 +47,7 @@ TEST_CASE("png: an RGB image round-trips through write_png and read_png") {
   fs::remove(path);
 }
 
-TEST_CASE("png: errors name the path; empty images are refused") {
+TEST_CASE("png: errors name the path, empty images are refused") {
   const std::string bad = "/nonexistent_dir_attnlab/x.png";
   std::string e = error_of([&] { plot::write_png(bad, plot::Image(2, 2)); });
   CHECK(e.find(bad) != std::string::npos);
@@ -85,7 +85,7 @@ TEST_CASE("png: the bitmap font draws glyphs where expected, vertical text too")
   CHECK(plot::text_width("abc") == 18);
 }
 
-TEST_CASE("png: heatmap cells take the colormap; non-finite cells are grey and outside the scale") {
+TEST_CASE("png: heatmap cells take the colormap, non-finite cells are grey and outside the scale") {
   plot::Heatmap h;
   h.title = "test";
   h.rows = 2, h.cols = 3;

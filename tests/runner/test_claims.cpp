@@ -183,7 +183,7 @@ TEST_CASE("claims: a row is derived from the study's runs, and registration is c
   }
 }
 
-TEST_CASE("claims: a hand edit of claims.csv, claims.md or the README table fails the check; --write restores them") {
+TEST_CASE("claims: a hand edit of claims.csv, claims.md or the README table fails the check, --write restores them") {
   const fs::path root = make_repo("claims_sync", "2026-02-01T00:00:00Z");
   std::ostringstream out;
   CHECK_FALSE(sync_claims(root, /*check=*/true, out));  // nothing written yet

@@ -94,7 +94,7 @@ TEST_CASE("collab_compress: a diverging fine-tuning fails the run, naming the lo
   CHECK_FALSE(fs::exists(dir / "summary.json"));
 }
 
-TEST_CASE("collab_compress: exact conversion at Dk~ = h*dk keeps accuracy; spectra are cumulative energies") {
+TEST_CASE("collab_compress: exact conversion at Dk~ = h*dk keeps accuracy, spectra are cumulative energies") {
   fs::path dir = fresh("run");
   REQUIRE(run(dir, {"collab.shared_key_sizes=2,16", "collab.finetune_steps=3"}) == 0);
   auto m = summary_metrics(dir);

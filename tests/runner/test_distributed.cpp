@@ -55,7 +55,7 @@ const bool registered = runner::register_experiment({
 }  // namespace
 
 // Without a launcher this runs on one rank; the mpirun test below also runs it on two.
-TEST_CASE("dist: all_reduce_sum sums over the ranks across buckets; broadcast gives rank 0's values") {
+TEST_CASE("dist: all_reduce_sum sums over the ranks across buckets, broadcast gives rank 0's values") {
   dist::Session session;  // starts MPI only under a launcher
   const int k = dist::world_size(), r = dist::rank();
   CHECK(dist::is_root() == (r == 0));

@@ -29,7 +29,7 @@ int run(const fs::path& dir, const std::vector<std::string>& sets, std::string* 
 
 }  // namespace
 
-TEST_CASE("head_pruning: a large lambda closes gates; pruned accuracy equals masked accuracy") {
+TEST_CASE("head_pruning: a large lambda closes gates, pruned accuracy equals masked accuracy") {
   fs::path dir = fresh("gated");
   REQUIRE(run(dir, {"train.l0_lambda=5"}) == 0);
   auto m = summary_metrics(dir);

@@ -47,7 +47,7 @@ std::string after(const std::string& text, const std::string& marker) {
 
 }  // namespace
 
-TEST_CASE("bounded counts: every int key of the catalog's experiments has a range; eval.batches 0, -1, 2^31-1 refused") {
+TEST_CASE("bounded counts: every int key of the catalog's experiments has a range, eval.batches 0, -1, 2^31-1 refused") {
   const std::set<std::string> seeds = {"seed", "task.seed", "fit.data_seed"};  // any int64 is a seed
   // The catalog (experiments/catalog/*.cpp); this binary also registers test experiments of its own.
   for (const char* name : {"classify", "collab_compress", "example", "head_pruning", "lm", "lowrank_fit", "recall"})
@@ -177,7 +177,7 @@ TEST_CASE("run directory path: empty or not UTF-8 is refused before anything is 
   fs::remove_all(base);
 }
 
-TEST_CASE("run files: a link to /dev/zero or a FIFO is refused naming the file; a dropped metrics line is logged") {
+TEST_CASE("run files: a link to /dev/zero or a FIFO is refused naming the file, a dropped metrics line is logged") {
   const fs::path dir = fresh_run_dir("run_files");
   REQUIRE(run_in(dir, "lm", tiny(), "").status == kExitComplete);
   // report reads summary.json; resume reads metrics.jsonl.

@@ -83,7 +83,7 @@ TEST_CASE("lm task.pack = true trains on packed rows (learned positions restart 
   std::filesystem::remove_all(plain);
 }
 
-TEST_CASE("lm eval.ngram: the summary holds the split's Kneser-Ney 3-, 4- and 5-gram bpc; absent by default") {
+TEST_CASE("lm eval.ngram: the summary holds the split's Kneser-Ney 3-, 4- and 5-gram bpc, absent by default") {
   const auto dir = fresh_run_dir("lm_positions", "ngram");
   std::string console;
   REQUIRE_MESSAGE(tiny_lm(dir, {"eval.ngram=true"}, &console) == 0, console);

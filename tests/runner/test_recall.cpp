@@ -34,7 +34,7 @@ TEST_CASE("recall: a tiny mqar run writes accuracies, state_per_token and densit
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("recall: induction runs causal, refuses model.causal = false; mqar errors name the key") {
+TEST_CASE("recall: induction runs causal, refuses model.causal = false, mqar errors name the key") {
   const auto dir = fresh_run_dir("recall", "induction");
   std::string out;
   CHECK(run_catalog("recall", dir, kTiny, {"task.name=induction", "model.causal=false"}, &out) == kExitUsage);

@@ -295,7 +295,7 @@ TEST_CASE("report of run directories: differing keys are the configurations, see
   fs::remove_all(root);
 }
 
-TEST_CASE("report: a stray runs/ entry whose number overflows int64 is not a run; a summary's experiment that is not a string is none") {
+TEST_CASE("report: a stray runs/ entry whose number overflows int64 is not a run, a summary's experiment that is not a string is none") {
   const fs::path dir = fresh_dir("report_stray");
   write_text_atomic((dir / "sweep.toml").string(), "experiment = \"x\"\n[grid]\n\"model.heads\" = [2]\n");
   fake_run(dir, 0, "mha", 2, 0, 0.5);

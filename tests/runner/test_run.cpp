@@ -157,7 +157,7 @@ TEST_CASE("run: with train.groups, a stopped and resumed run ends bitwise equal 
   check_stop_and_resume("groups", {"train.groups=*.attn.*: lr=1e-2; head.*: lr=1e-4, weight_decay=0.1"});
 }
 
-TEST_CASE("run: a complete run is not run again; a changed config is refused") {
+TEST_CASE("run: a complete run is not run again, a changed config is refused") {
   fs::path dir = fresh_dir("again");
   REQUIRE(run(dir, {"train.steps=4"}).status == kExitComplete);
   const std::string summary = read(dir / "summary.json"), metrics = read(dir / "metrics.jsonl");

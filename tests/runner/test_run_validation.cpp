@@ -32,7 +32,7 @@ bool has(const std::string& text, const std::string& part) { return text.find(pa
 
 }  // namespace
 
-TEST_CASE("run: a bad attention spec is refused before the run directory exists; the corrected command runs") {
+TEST_CASE("run: a bad attention spec is refused before the run directory exists, the corrected command runs") {
   fs::path dir = fresh_run_dir("bad_spec");
   RunResult typo = run_example(dir, {"model.attention=mha(head=4)"});
   CHECK(typo.status == kExitUsage);
@@ -80,7 +80,7 @@ TEST_CASE("run: a complete run asked with another config is refused, naming ever
   fs::remove_all(dir);
 }
 
-TEST_CASE("run: --force sets the old run aside as DIR.old-N and starts afresh; it never moves a non-run directory") {
+TEST_CASE("run: --force sets the old run aside as DIR.old-N and starts afresh, it never moves a non-run directory") {
   fs::path dir = fresh_run_dir("force");
   fs::path old1 = dir, old2 = dir;
   old1 += ".old-1";

@@ -60,7 +60,7 @@ TEST_CASE("a sweep file naming more than kMaxSweepRuns runs is refused before an
   CHECK(expand_sweep(parse_sweep(at_limit, "ok.toml")).size() == kMaxSweepRuns);
 }
 
-TEST_CASE("append_meta_session: a resumed process is appended as a segment; a meta.json of the wrong shape is a FileError") {
+TEST_CASE("append_meta_session: a resumed process is appended as a segment, a meta.json of the wrong shape is a FileError") {
   const std::string meta = R"({"experiment": "example", "resumed_at": [],
                                "segments": [{"start": "2026-01-01T00:00:00Z", "threads": 4}]})";
   MetaSession s = append_meta_session(meta, "run/meta.json", "2026-01-02T00:00:00Z", 2);

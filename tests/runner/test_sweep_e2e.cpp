@@ -267,7 +267,7 @@ TEST_CASE("report RUN_DIR...: ad-hoc runs of `attnlab run --run-dir` compared li
   fs::remove_all(root);
 }
 
-TEST_CASE("lock: a second sweep or run on a held directory fails at once naming the holder's pid; --wait waits") {
+TEST_CASE("lock: a second sweep or run on a held directory fails at once naming the holder's pid, --wait waits") {
   const fs::path root = fresh_dir("lock");
   write_text_atomic((root / "s.toml").string(), sweep_file(4));
   const std::string pid = std::to_string(long(getpid()));

@@ -40,7 +40,7 @@ std::vector<std::string> labels(const std::vector<Point>& points) {
 
 }  // namespace
 
-TEST_CASE("sweep growth: appended seeds and configurations run after the numbered runs; [report] and comments apply") {
+TEST_CASE("sweep growth: appended seeds and configurations run after the numbered runs, [report] and comments apply") {
   ScratchDir tmp("sweep_grow");
   const fs::path file = tmp.path / "s.toml", dir = tmp.path / "dir";
   const SweepSpec first = spec_of(file, sweep_text("0.003, 0.01", "0, 1"));

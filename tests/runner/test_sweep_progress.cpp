@@ -19,7 +19,7 @@ TEST_CASE("headline_metric: [report] metric, else a validation, then a test metr
   CHECK(headline_metric(report, {"val_acc", "val_loss"}) == "val_loss");
 }
 
-TEST_CASE("lower_is_better: losses, bits per character, perplexities and errors; not accuracies") {
+TEST_CASE("lower_is_better: losses, bits per character, perplexities and errors, not accuracies") {
   for (const char* m : {"val_loss", "val_bpc", "val_bpc_long", "test_ppl", "perplexity", "val_error"}) {
     CAPTURE(m);
     CHECK(lower_is_better(m));

@@ -115,7 +115,7 @@ TEST_CASE("bfloat16: tensors convert both ways, index, print and refuse arithmet
   CHECK(is_floating_storage(kBFloat16));
 }
 
-TEST_CASE("bfloat16: safetensors writes BF16 and reads it back bit for bit; npy refuses with the reason") {
+TEST_CASE("bfloat16: safetensors writes BF16 and reads it back bit for bit, npy refuses with the reason") {
   const auto dir = std::filesystem::temp_directory_path() / ("attnlab_test_bf16_" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
   const std::string path = (dir / "w.safetensors").string();

@@ -103,7 +103,7 @@ TEST_CASE("lapack wrappers: errors name the routine, the sizes and the bad value
   CHECK_THROWS_AS(lapack::cholesky(short_v, 2), ShapeError);
 }
 
-TEST_CASE("blas_description names OpenBLAS's kernel; blas_kernel_hint is silent once OPENBLAS_CORETYPE is set") {
+TEST_CASE("blas_description names OpenBLAS's kernel, blas_kernel_hint is silent once OPENBLAS_CORETYPE is set") {
   const std::string d = blas_description();
   CHECK(d.find("OpenBLAS") != std::string::npos);
   CHECK(d.find("(kernel ") != std::string::npos);

@@ -35,7 +35,7 @@ TEST_CASE("pool: a freed block is handed out again for a request of the same cla
   pool_free(c, 100);
 }
 
-TEST_CASE("pool: different classes do not share blocks; large requests bypass the lists") {
+TEST_CASE("pool: different classes do not share blocks, large requests bypass the lists") {
   void* small = pool_alloc(16);
   pool_free(small, 16);
   void* other = pool_alloc(32);  // class 32: not the freed 16-byte block
