@@ -19,6 +19,8 @@
 #include <fstream>
 #include <iterator>
 
+#include <CLI/CLI.hpp>
+
 #include "attnlab.hpp"
 #include "experiments/cli/commands.hpp"
 #include "experiments/runner/report.hpp"

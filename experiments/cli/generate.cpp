@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <optional>
 
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include "experiments/catalog/models.hpp"

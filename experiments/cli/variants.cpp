@@ -5,6 +5,7 @@
 // here knows a particular variant: it goes through nn::variants() and make_attention only.
 #include <algorithm>
 
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include "experiments/cli/commands.hpp"
