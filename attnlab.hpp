@@ -1,6 +1,7 @@
-// <attnlab/attnlab.hpp>: everything a program needs, in one include: tensors, autograd, optimizers,
-// modules, the attention registry (make_attention, register_variant; docs/attention.md) and the
-// transformer assemblies (docs/nn.md). Experiments: <attnlab/runner.hpp>; the CLI: <attnlab/cli.hpp>.
+/// @file
+/// <attnlab/attnlab.hpp>: everything a program needs, in one include: tensors, autograd, optimizers,
+/// modules, the attention registry (make_attention, register_variant; docs/attention.md) and the
+/// transformer assemblies (docs/nn.md). Experiments: <attnlab/runner.hpp>; the CLI: <attnlab/cli.hpp>.
 #pragma once
 #include "autograd/autocast.hpp"
 #include "autograd/gradcheck.hpp"

@@ -5,6 +5,7 @@
 #include <atomic>
 
 #include "autograd/node.hpp"
+#include "autograd/trace.hpp"
 #include "tensor/kernels.hpp"
 
 namespace attnlab {
@@ -77,7 +78,11 @@ Node::~Node() {
   stack.draining = false;
 }
 
-bool GradMode::is_enabled() { return grad_enabled; }
+bool GradMode::is_enabled() {
+  if (grad_enabled) return true;
+  const OpTrace* trace = active_op_trace();  // a trace that records through NoGradGuard (trace.hpp)
+  return trace && trace->through_no_grad;
+}
 void GradMode::set_enabled(bool enabled) { grad_enabled = enabled; }
 bool ConservativeMode::is_enabled() { return conservative_enabled; }
 void ConservativeMode::set_enabled(bool enabled) { conservative_enabled = enabled; }

@@ -1,13 +1,11 @@
-// Shared by the benchmark programs: the median of timings, and the parser of `--name value`
-// integer flags (bench_packed).
+// Shared by the benchmark programs: the median of timings, and the command line through CLI11
+// with the exit codes every program keeps (0 for --help, 2 for a bad argument).
 #pragma once
 #include <algorithm>
-#include <cstdint>
-#include <cstdio>
 #include <cstdlib>
-#include <string>
-#include <utility>
 #include <vector>
+
+#include <CLI/CLI.hpp>
 
 namespace attnlab::bench {
 
@@ -17,18 +15,13 @@ inline double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// Reads `--name value` pairs into the flags' slots; a missing value or an unknown flag prints the
-// usage line and exits with status 2.
-inline void parse_flags(int argc, char** argv, const std::string& usage,
-                        const std::vector<std::pair<std::string, int64_t*>>& flags) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto it = std::find_if(flags.begin(), flags.end(), [&](const auto& f) { return f.first == a; });
-    if (it == flags.end() || i + 1 >= argc) {
-      std::fprintf(stderr, "usage: %s\n", usage.c_str());
-      std::exit(2);
-    }
-    *it->second = std::atoll(argv[++i]);
+// Parses argv into `app`'s options: --help prints the usage and exits 0; an unknown argument, a
+// missing value or one that fails its check prints what is wrong and the usage, and exits 2.
+inline void parse_or_exit(CLI::App& app, int argc, char** argv) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    std::exit(app.exit(e) == 0 ? 0 : 2);
   }
 }
 

@@ -22,6 +22,15 @@
 //     the kernel rows is kept). FLOPs follow FlashAttention-2 (Dao 2023): forward 4 N M dk h
 //     (two products), forward + backward 3.5x that (backward does five products to forward's
 //     two); causal counts only the allowed pairs, N (N + 1) / 2.
+//
+//   bench_attention --bf16 [--lengths 4096,8192] [--reps R] [--causal]
+//     The kernel's GFLOP/s in float32 and under AutocastGuard(kBFloat16) (its products in bf16 on
+//     AVX512_BF16; nn/attention/kernels/tile_gemm_bf16.hpp), forward and forward + backward, on
+//     the same q, k, v: each repetition times float32 then bf16, so both see the same load. Prints
+//     the median GFLOP/s of each, the median and range of the repetitions' bf16 / float32 ratios,
+//     and the CPU's bf16 flags; on a CPU where the kernel stays float32 it says so. Below the
+//     kernel's size rule (tile_gemm_bf16.hpp: 128 keys per query row) both columns run float32;
+//     ATTNLAB_TILE_BF16_MIN_KEYS=0 measures bf16 there too.
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -29,7 +38,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <new>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -40,8 +51,10 @@
 
 #include "attnlab.hpp"
 #include "nn/attention/kernels/tile_attention.hpp"
+#include "nn/attention/kernels/tile_gemm_bf16.hpp"
 #include "nn/attention/registry.hpp"
 #include "bench/bench_args.hpp"
+#include "tensor/blas_info.hpp"
 
 using namespace attnlab;
 using Clock = std::chrono::steady_clock;
@@ -212,16 +225,66 @@ int run_throughput(const std::vector<int64_t>& lengths, int reps) {
   return 0;
 }
 
-std::vector<int64_t> parse_lengths(const std::string& s) {
-  std::vector<int64_t> out;
-  std::stringstream in(s);
-  for (std::string item; std::getline(in, item, ',');) {
-    char* end = nullptr;
-    const long long v = std::strtoll(item.c_str(), &end, 10);
-    if (item.empty() || *end || v < 1) fail<ValueError>("bench_attention: --lengths expects positive integers, got '{}'", item);
-    out.push_back(v);
+// Median seconds of f in float32 and in bf16, alternating, and the median and range of the ratios.
+struct Paired {
+  double f32 = 0, bf16 = 0, ratio = 0, lo = 0, hi = 0;
+};
+template <class F>
+Paired time_paired(F&& f, int reps) {
+  auto once = [&](bool bf16) {
+    std::optional<AutocastGuard> autocast;
+    if (bf16) autocast.emplace(kBFloat16, AutocastPolicy::Force);
+    const auto t0 = Clock::now();
+    f();
+    return since(t0);
+  };
+  once(false), once(true);  // warm-up
+  std::vector<double> tf, tb, ratios;
+  for (int r = 0; r < reps; ++r) {
+    tf.push_back(once(false));
+    tb.push_back(once(true));
+    ratios.push_back(tf.back() / tb.back());
   }
-  return out;
+  std::sort(ratios.begin(), ratios.end());
+  return {median(tf), median(tb), median(ratios), ratios.front(), ratios.back()};
+}
+
+double parse_number(const std::string& option, const std::string& s, double min);
+
+int run_bf16(const std::vector<int64_t>& lengths, int reps, bool causal) {
+  if (const char* keys = std::getenv("ATTNLAB_TILE_BF16_MIN_KEYS"))
+    nn::tile::set_bf16_min_keys_per_row(static_cast<int64_t>(parse_number("ATTNLAB_TILE_BF16_MIN_KEYS", keys, 0)));
+  std::printf("CPU: %s\nBLAS: %s\nthreads: %d\n", cpu_bf16_summary().c_str(), blas_description().c_str(), num_threads());
+  {
+    AutocastGuard probe(kBFloat16, AutocastPolicy::Force);
+    if (!nn::tile_attention_runs_bf16(kFloat32)) {
+      std::printf("tile_attention in bf16: not measurable on this CPU (no AVX512_BF16, or autocast off)\n");
+      return 0;
+    }
+  }
+  std::printf("kernel products in bf16: AVX512_BF16 vdpbf16ps tile kernel where query rows have %lld or more keys "
+              "(the size rule; ATTNLAB_TILE_BF16_MIN_KEYS overrides it here); float32 products: OpenBLAS sgemm\n",
+              (long long)nn::tile::bf16_min_keys_per_row());
+  std::printf("\n| N | causal | pass | float32 GFLOP/s | bf16 GFLOP/s | bf16 / float32, %d reps | load (1 min) |\n", reps);
+  std::printf("|---:|---|---|---:|---:|---:|---:|\n");
+  for (int64_t n : lengths) {
+    Problem p("kernel", n, causal);
+    const double pairs = causal ? double(n) * double(n + 1) / 2 : double(n) * double(n);
+    const double fwd_gflop = 4.0 * pairs * kHeadSize * kHeads / 1e9;
+    for (bool backward : {false, true}) {
+      const Paired t = backward ? time_paired([&] { p.step(); }, reps) : time_paired([&] { p.forward_only(); }, reps);
+      const double gflop = backward ? 3.5 * fwd_gflop : fwd_gflop;
+      std::ifstream in("/proc/loadavg");
+      std::string load;
+      in >> load;
+      std::printf("| %lld | %s | %s | %.1f | %.1f | %.2fx (%.2f-%.2fx) | %s |\n", (long long)n,
+                  causal ? "yes" : "no", backward ? "forward + backward" : "forward", gflop / t.f32, gflop / t.bf16,
+                  t.ratio, t.lo, t.hi, load.c_str());
+      std::fflush(stdout);
+      settle();
+    }
+  }
+  return 0;
 }
 
 double parse_number(const std::string& option, const std::string& s, double min) {
@@ -232,51 +295,34 @@ double parse_number(const std::string& option, const std::string& s, double min)
   return v;
 }
 
-void usage() {
-  std::fprintf(stderr,
-               "usage: bench_attention --n N [--causal] [--path kernel|module] [--steps S] [--memory-limit GIB]\n"
-               "       bench_attention --throughput [--lengths 4096,8192] [--reps R]\n");
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   int64_t n = 0;
-  bool causal = false, throughput = false;
+  bool causal = false, throughput = false, bf16 = false;
   std::string path = "kernel";
   int steps = 0, reps = 3;
   double memory_gib = 20;
   std::vector<int64_t> lengths = {4096, 8192};
+  CLI::App app("bench_attention: the fused attention kernel at one length (--n), or its throughput (--throughput)");
+  app.add_option("--n", n, "sequence length N")->check(CLI::Range(int64_t(1), int64_t(1) << 30));
+  app.add_flag("--causal", causal, "causal attention");
+  app.add_option("--path", path, "the kernel alone or the mha module around it")
+      ->check(CLI::IsMember({"kernel", "module"}));
+  app.add_option("--steps", steps, "timed forward + backward steps (default by N)")->check(CLI::Range(1, 100000));
+  app.add_option("--memory-limit", memory_gib, "GiB the process may use")->check(CLI::Range(0.25, 4096.0));
+  app.add_flag("--throughput", throughput, "GFLOP/s of the kernel against cblas_sgemm");
+  app.add_flag("--bf16", bf16, "GFLOP/s of the kernel in float32 and in bf16 under autocast, alternating");
+  app.add_option("--lengths", lengths, "lengths of --throughput, comma-separated")
+      ->delimiter(',')
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 30));
+  app.add_option("--reps", reps, "repetitions of --throughput and --bf16")->check(CLI::Range(1, 100000));
+  bench::parse_or_exit(app, argc, argv);
   try {
-    for (int i = 1; i < argc; ++i) {
-      const std::string a = argv[i];
-      const bool has_value = i + 1 < argc;
-      if (a == "--n" && has_value) {
-        n = static_cast<int64_t>(parse_number("--n", argv[++i], 1));
-      } else if (a == "--causal") {
-        causal = true;
-      } else if (a == "--path" && has_value) {
-        path = argv[++i];
-        if (path != "kernel" && path != "module")
-          fail<ValueError>("bench_attention: --path expects kernel or module, got '{}'", path);
-      } else if (a == "--steps" && has_value) {
-        steps = static_cast<int>(parse_number("--steps", argv[++i], 1));
-      } else if (a == "--memory-limit" && has_value) {
-        memory_gib = parse_number("--memory-limit", argv[++i], 0.25);
-      } else if (a == "--throughput") {
-        throughput = true;
-      } else if (a == "--lengths" && has_value) {
-        lengths = parse_lengths(argv[++i]);
-      } else if (a == "--reps" && has_value) {
-        reps = static_cast<int>(parse_number("--reps", argv[++i], 1));
-      } else {
-        usage();
-        return a == "--help" || a == "-h" ? 0 : 2;
-      }
-    }
     if (throughput) return run_throughput(lengths, reps);
+    if (bf16) return run_bf16(lengths, reps, causal);
     if (n == 0) {
-      usage();
+      std::fprintf(stderr, "bench_attention: --n N or --throughput is required\n%s", app.help().c_str());
       return 2;
     }
     return run_one(path, n, causal, steps ? steps : default_steps(n), memory_gib);

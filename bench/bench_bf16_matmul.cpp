@@ -90,8 +90,10 @@ double seconds_of(F&& f, int64_t reps) {
 
 int main(int argc, char** argv) {
   int64_t threads = 2, reps = 5;
-  attnlab::bench::parse_flags(argc, argv, "bench_bf16_matmul [--threads T] [--reps R]",
-                              {{"--threads", &threads}, {"--reps", &reps}});
+  CLI::App app("bench_bf16_matmul: oneDNN bf16 matrix products against OpenBLAS sgemm");
+  app.add_option("--threads", threads, "threads of both libraries")->check(CLI::Range(1, 1024));
+  app.add_option("--reps", reps, "repetitions (the median is reported)")->check(CLI::Range(1, 100000));
+  attnlab::bench::parse_or_exit(app, argc, argv);
   openblas_set_num_threads(int(threads));
   setenv("OMP_NUM_THREADS", std::to_string(threads).c_str(), 1);
 

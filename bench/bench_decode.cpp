@@ -207,39 +207,27 @@ void bench_lm(const Options& o, const std::vector<std::string>& specs) {
   }
 }
 
-[[noreturn]] void usage() {
-  std::fprintf(stderr,
-               "usage: bench_decode [--context N] [--steps S] [--window W] [--chunk C] [--lm-steps S] [--no-layer] "
-               "[--no-lm] [--variants 'SPEC;SPEC'] [--d-model D] [--csv FILE]\n");
-  std::exit(2);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage();
-      return argv[++i];
-    };
-    if (a == "--context") o.context = std::atoll(value().c_str());
-    else if (a == "--steps") o.steps = std::atoll(value().c_str());
-    else if (a == "--window") o.window = std::atoll(value().c_str());
-    else if (a == "--chunk") o.chunk = std::atoll(value().c_str());
-    else if (a == "--lm-steps") o.lm_steps = std::atoll(value().c_str());
-    else if (a == "--d-model") o.d_model = std::atoll(value().c_str());
-    else if (a == "--csv") o.csv = value();
-    else if (a == "--no-layer") o.layer = false;
-    else if (a == "--no-lm") o.lm = false;
-    else if (a == "--variants") {
-      std::stringstream ss(value());
-      for (std::string s; std::getline(ss, s, ';');)
-        if (!s.empty()) o.variants.push_back(s);
-    } else usage();
-  }
-  if (o.context < 1 || o.steps < 1 || o.chunk < 1 || o.lm_steps < 2 || o.window < 1 || o.d_model < 1) usage();
+  CLI::App app("bench_decode: decoding steps of each variant's cache against recomputation, per layer and in the LM");
+  bool no_layer = false, no_lm = false;
+  app.add_option("--context", o.context, "positions decoded")->check(CLI::Range(int64_t(1), int64_t(1) << 20));
+  app.add_option("--steps", o.steps, "timed steps per position")->check(CLI::Range(int64_t(1), int64_t(1) << 20));
+  app.add_option("--window", o.window, "local's window")->check(CLI::Range(int64_t(1), int64_t(1) << 20));
+  app.add_option("--chunk", o.chunk, "positions per chunked step")->check(CLI::Range(int64_t(1), int64_t(1) << 20));
+  app.add_option("--lm-steps", o.lm_steps, "LM tokens sampled (the first is not timed)")
+      ->check(CLI::Range(int64_t(2), int64_t(1) << 20));
+  app.add_option("--d-model", o.d_model, "layer width D")->check(CLI::Range(int64_t(1), int64_t(1) << 20));
+  app.add_option("--csv", o.csv, "also write the layer rows to FILE");
+  app.add_flag("--no-layer", no_layer, "skip the per-layer table");
+  app.add_flag("--no-lm", no_lm, "skip the LM table");
+  app.add_option("--variants", o.variants, "attention specs, ';'-separated")->delimiter(';');
+  bench::parse_or_exit(app, argc, argv);
+  o.layer = !no_layer;
+  o.lm = !no_lm;
+  o.variants.erase(std::remove(o.variants.begin(), o.variants.end(), std::string()), o.variants.end());
   const std::vector<std::string> specs = o.variants.empty() ? default_variants(o.window) : o.variants;
   try {
     if (o.layer) bench_layers(o, specs);

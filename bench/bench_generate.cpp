@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "attnlab.hpp"
+#include "bench/bench_args.hpp"
 #include "bench/reference_lm.hpp"
 #include "nn/generation.hpp"
 
@@ -44,18 +45,20 @@ double rate(nn::CausalLM& model, int64_t tokens, bool cache, int reps) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int64_t tokens = argc > 1 ? std::atoll(argv[1]) : 255;
-  const int reps = argc > 2 ? std::atoi(argv[2]) : 3;
-  const int64_t uncached_tokens = argc > 3 ? std::atoll(argv[3]) : tokens;
-  std::vector<std::string> specs(argv + std::min(argc, 4), argv + argc);
+  int64_t tokens = 255, uncached_tokens = 0;
+  int reps = 3;
+  std::vector<std::string> specs;
+  CLI::App app("bench_generate: sampling tokens/s of the reference causal LM, with and without a decoding cache");
+  app.add_option("TOKENS", tokens, "new tokens per sample (the LM's context is 512)")->check(CLI::Range(1, 511));
+  app.add_option("REPS", reps, "repetitions (the median is reported)")->check(CLI::Range(1, 10000));
+  app.add_option("UNCACHED_TOKENS", uncached_tokens, "new tokens without a cache (default TOKENS)")
+      ->check(CLI::Range(1, 511));
+  app.add_option("SPEC", specs, "attention specs (default: seven variants with a decoding cache)");
+  bench::parse_or_exit(app, argc, argv);
+  if (uncached_tokens == 0) uncached_tokens = tokens;
   if (specs.empty())
     specs = {"mha(heads=8)",    "talking_heads(heads=8)",    "collaborative(heads=8)", "synthesizer(heads=8)",
              "local(window=64, heads=8)", "linear(heads=8)", "performer(heads=8)"};
-  if (tokens < 1 || tokens > 511 || uncached_tokens < 1 || uncached_tokens > 511 || reps < 1) {
-    std::fprintf(stderr, "bench_generate: TOKENS and UNCACHED_TOKENS must be in [1, 511] and REPS >= 1, got %lld, %lld, %d\n",
-                 (long long)tokens, (long long)uncached_tokens, reps);
-    return 2;
-  }
   std::printf("{\"new_tokens\": %lld, \"uncached_new_tokens\": %lld, \"reps\": %d, \"threads\": %d, \"variants\": [",
               (long long)tokens, (long long)uncached_tokens, reps, num_threads());
   try {

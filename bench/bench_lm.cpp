@@ -8,12 +8,16 @@
 #include <vector>
 
 #include "attnlab.hpp"
+#include "bench/bench_args.hpp"
 #include "bench/reference_lm.hpp"
 
 using namespace attnlab;
 
 int main(int argc, char** argv) {
-  const int steps = argc > 1 ? std::atoi(argv[1]) : 10;
+  int steps = 10;
+  CLI::App app("bench_lm: training steps of the reference causal LM (tokens/s, system allocations per step)");
+  app.add_option("STEPS", steps, "timed steps after two warm-up steps")->check(CLI::Range(1, 1000000));
+  bench::parse_or_exit(app, argc, argv);
   bench::LMTraining lm("mha(heads=8)");
   constexpr int64_t B = bench::LMTraining::kBatch, N = bench::LMTraining::kLength;
   for (int i = 0; i < 2; ++i) lm.step();  // warm-up: caches filled, allocator primed

@@ -34,6 +34,7 @@
 #include <fmt/format.h>
 
 #include "attnlab.hpp"
+#include "bench/bench_args.hpp"
 #include "experiments/plot/svg.hpp"
 #include "nn/attention/registry.hpp"
 #include "tensor/allocator.hpp"
@@ -47,14 +48,6 @@ namespace {
 
 constexpr int64_t kDModel = 256, kHeads = 4, kHeadSize = 64;
 constexpr const char* kFused = "mha (fused)";
-
-std::vector<std::string> split_commas(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream in(s);
-  for (std::string item; std::getline(in, item, ',');)
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
 
 // The benchmark's spec for a variant at length N: its defaults, with the LRA head sizes where it
 // has heads, and max_len = N where it has a maximum length.
@@ -225,35 +218,22 @@ int main(int argc, char** argv) {
   std::string out_dir = "build/bench", one_spec;
   int64_t one_n = 0;
   bool one_need_weights = false;
+  CLI::App app("bench_lra: time and peak memory of every variant's forward + backward at N = 1K ... 16K, the Long "
+               "Range Arena table's shape; each measurement in a child process");
+  app.add_option("--variants", names, "variant names, comma-separated (default: every registered one)")->delimiter(',');
+  app.add_option("--lengths", lengths, "sequence lengths, comma-separated")
+      ->delimiter(',')
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 30));
+  app.add_option("--time-limit", time_limit, "seconds one measurement may take")->check(CLI::Range(1.0, 86400.0));
+  app.add_option("--memory-limit", memory_gib, "GiB one measurement may use")->check(CLI::Range(0.25, 4096.0));
+  app.add_option("--out", out_dir, "directory of the tables and plots");
+  // The child process's own arguments (run_child): one spec at one length.
+  auto* one = app.add_option("--one", one_spec, "measure this spec only (the child process)");
+  app.add_flag("--need-weights", one_need_weights, "with --one: forward with need_weights")->needs(one);
+  app.add_option("--n", one_n, "with --one: the length")->needs(one)->check(CLI::Range(int64_t(1), int64_t(1) << 30));
+  bench::parse_or_exit(app, argc, argv);
   try {
     self_path = std::filesystem::read_symlink("/proc/self/exe").string();
-    for (int i = 1; i < argc; ++i) {
-      const std::string a = argv[i];
-      const bool has_value = i + 1 < argc;
-      if (a == "--variants" && has_value) {
-        names = split_commas(argv[++i]);
-      } else if (a == "--lengths" && has_value) {
-        lengths.clear();
-        for (const auto& s : split_commas(argv[++i])) lengths.push_back(std::stoll(s));
-      } else if (a == "--time-limit" && has_value) {
-        time_limit = std::stod(argv[++i]);
-      } else if (a == "--memory-limit" && has_value) {
-        memory_gib = std::stod(argv[++i]);
-      } else if (a == "--out" && has_value) {
-        out_dir = argv[++i];
-      } else if (a == "--one" && has_value) {
-        one_spec = argv[++i];
-      } else if (a == "--need-weights") {
-        one_need_weights = true;
-      } else if (a == "--n" && has_value) {
-        one_n = std::stoll(argv[++i]);
-      } else {
-        std::fprintf(stderr,
-                     "usage: bench_lra [--variants a,b,...] [--lengths 1024,2048,...] [--time-limit SECONDS] "
-                     "[--memory-limit GIB] [--out DIR]\n");
-        return a == "--help" ? 0 : 2;
-      }
-    }
     if (!one_spec.empty()) return run_one(one_spec, one_n, memory_gib, one_need_weights);
 
     if (names.empty())

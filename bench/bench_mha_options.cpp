@@ -69,24 +69,12 @@ int main(int argc, char** argv) {
   int64_t n = 1024, batch = 1;
   int steps = 5;
   bool lm = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&] {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "bench_mha_options: %s needs a value\n", a.c_str());
-        std::exit(2);
-      }
-      return std::atoll(argv[++i]);
-    };
-    if (a == "--n") n = next();
-    else if (a == "--batch") batch = next();
-    else if (a == "--steps") steps = int(next());
-    else if (a == "--lm") lm = true;
-    else {
-      std::fprintf(stderr, "usage: bench_mha_options [--n N] [--batch B] [--steps S] | --lm [--steps S]\n");
-      return 2;
-    }
-  }
+  CLI::App app("bench_mha_options: one training step of mha with each option of current models against plain mha");
+  auto* n_opt = app.add_option("--n", n, "sequence length N")->check(CLI::Range(1, 1 << 20));
+  auto* batch_opt = app.add_option("--batch", batch, "batch B")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--steps", steps, "timed steps (the median is reported)")->check(CLI::Range(1, 100000));
+  app.add_flag("--lm", lm, "the reference LM's training step instead of one layer")->excludes(n_opt)->excludes(batch_opt);
+  bench::parse_or_exit(app, argc, argv);
   if (lm) batch = bench::LMTraining::kBatch, n = bench::LMTraining::kLength;
   const std::string base = "mha(heads=8";
   const std::vector<std::string> options = {

@@ -337,32 +337,16 @@ void bench_mlp() {
               double(s1.cache_hits - s0.cache_hits) / steps, false));
 }
 
-void usage() {
-  std::fputs(
-      "usage: bench_ops [--reps N] [--min-time SECONDS] [--warmup SECONDS] [--only GROUP]\n"
-      "  GROUP: matmul, elementwise, overhead, mlp. Threads: ATTNLAB_NUM_THREADS (default: all cores).\n",
-      stderr);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    bool has_value = i + 1 < argc;
-    if (a == "--reps" && has_value) {
-      opt.reps = std::max(1, std::atoi(argv[++i]));
-    } else if (a == "--min-time" && has_value) {
-      opt.min_time = std::atof(argv[++i]);
-    } else if (a == "--warmup" && has_value) {
-      opt.warmup = std::atof(argv[++i]);
-    } else if (a == "--only" && has_value) {
-      opt.only = argv[++i];
-    } else {
-      usage();
-      return a == "--help" || a == "-h" ? 0 : 2;
-    }
-  }
+  CLI::App app("bench_ops: attnlab's side of `make bench` (bench/run.sh). Threads: ATTNLAB_NUM_THREADS (default: all "
+               "cores).");
+  app.add_option("--reps", opt.reps, "repetitions of each measurement")->check(CLI::Range(1, 100000));
+  app.add_option("--min-time", opt.min_time, "seconds each repetition runs at least")->check(CLI::Range(0.0, 3600.0));
+  app.add_option("--warmup", opt.warmup, "seconds of warm-up before each measurement")->check(CLI::Range(0.0, 3600.0));
+  app.add_option("--only", opt.only, "one group")->check(CLI::IsMember({"matmul", "elementwise", "overhead", "mlp"}));
+  bench::parse_or_exit(app, argc, argv);
   try {
     const int threads = num_threads();  // also pins OpenBLAS to 1 thread inside attnlab
     std::fprintf(stderr, "bench_ops: %d thread(s), %s\n", threads, openblas_get_config());

@@ -97,8 +97,11 @@ double tokens_per_second(const data::TextCorpus& c, int64_t B, int64_t N, int64_
 int main(int argc, char** argv) {
   int64_t n = 512, batch = 8;
   int64_t steps = 5;
-  bench::parse_flags(argc, argv, "bench_packed [--n N] [--batch B] [--steps S]",
-                     {{"--n", &n}, {"--batch", &batch}, {"--steps", &steps}});
+  CLI::App app("bench_packed: the LM's training step on packed rows against padded rows");
+  app.add_option("--n", n, "row length N")->check(CLI::Range(2, 1 << 20));
+  app.add_option("--batch", batch, "rows per step B")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--steps", steps, "timed steps (the median is reported)")->check(CLI::Range(1, 100000));
+  bench::parse_or_exit(app, argc, argv);
   const data::TextCorpus c = data::load_fortunes("char");
   const int64_t docs = int64_t(c.train_docs.size());
   fmt::print("causal LM training step (4 layers, d=256, 8 heads, fused mha), B={}, N={}, {} threads, median of {} steps\n",

@@ -1,10 +1,14 @@
 #!/bin/sh
 # Installs the Debian packages attnlab builds with, and the two data packages its tasks and tests
 # read (fortunes: English text; dataset-fashion-mnist: images), and chromium (the headless-browser test of
-# `attnlab viz` pages), when any is missing. Runs apt-get directly
+# `attnlab viz` pages; libcpp-httplib-dev serves them with --serve), when any is missing. Runs apt-get directly
 # as root, through sudo otherwise, and says what to run when neither is possible.
+#   install-deps.sh        what `make demo` needs
+#   install-deps.sh test   that, plus doxygen (the test api/docs_complete and `make docs`)
 set -e
-PACKAGES="cmake g++ make libopenblas-dev libtbb-dev libfmt-dev libfftw3-dev pkgconf doctest-dev zlib1g-dev libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libsqlite3-dev libpng-dev chromium fortunes dataset-fashion-mnist"
+EXTRA=""
+[ "$1" = test ] && EXTRA="doxygen"
+PACKAGES="$EXTRA cmake g++ make libopenblas-dev libtbb-dev libfmt-dev libfftw3-dev pkgconf doctest-dev zlib1g-dev libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libsqlite3-dev libpng-dev libcpp-httplib-dev chromium fortunes dataset-fashion-mnist"
 missing=""
 for p in $PACKAGES; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

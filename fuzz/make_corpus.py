@@ -145,3 +145,41 @@ write("json", "meta", json.dumps({
     "segments": [{"start": "2026-01-01T00:00:00Z", "threads": 4}]}, indent=2))
 write("json", "meta_old", '{"experiment": "example", "start_time": "2026-01-01T00:00:00Z", "threads": 1}')
 write("json", "escapes", '["a\\"b\\\\c\\/\\b\\f\\n\\r\\t", "\\u00e9\\ud83d\\ude00", "\u00e9", -0.5e-3, 12345678901234567890, true, false, null, {}]')
+
+# ---- viz_request: /api/attend queries of attnlab viz --serve ----
+write("viz_request", "text", "input=the+cat+sat%0Aon+the+mat")
+write("viz_request", "listops", "input=%5BMAX+2+%5BMIN+4+7+%5D+0+%5D")
+write("viz_request", "example", "example=3")
+write("viz_request", "utf8", "input=caf%C3%A9+%F0%9F%98%80&")
+write("viz_request", "both", "input=a&example=1")
+# ---- run keys: --set assignments of the lm experiment, one per line ----
+write("run_key", "small_lm", "task.length=24\ntrain.steps=3\nmodel.d_model=16\nmodel.ffn_hidden=32\n"
+                             "model.attention=mha(heads=2)\neval.batches=1\n")
+write("run_key", "options", "model.attention=mha(heads=2, alibi=true, alibi_slopes=1e21+0.5)\nmodel.d_model=16\n"
+                            "train.lr=3e-4\ntrain.groups=*.attn.*: lr=0.01\ntask.pack=true\ntrain.accumulate=2\n")
+write("run_key", "bounds", "eval.batches=2147483647\ntrain.steps=-1\nmodel.layers=0\n")
+
+# ---- run directories: files opened by "==> NAME <==" lines ----
+write("run_dir", "complete", """==> config.toml <==
+seed = 0
+[train]
+steps = 3
+==> summary.json <==
+{"experiment": "lm", "status": "complete", "steps": 3, "seconds": 1.5, "peak_rss_mb": 40, "metrics": {"val_bpc": 3.9}}
+==> metrics.jsonl <==
+{"step": 1, "time": 0.1, "train_loss": 4.1}
+{"step": 3, "time": 0.3, "train_loss": 3.2, "val_bpc": 3.9}
+==> meta.json <==
+{"experiment": "lm", "start_time": "2026-01-01T00:00:00Z", "threads": 2, "resumed_at": [], "segments": []}
+==> point.json <==
+{"model.attention": "mha(heads=2)", "seed": 0}
+""")
+write("run_dir", "odd", """==> summary.json <==
+[]
+==> metrics.jsonl <==
+not json
+{"step": "3"}
+{"step": 2
+==> failure.json <==
+{"error": 7}
+""")

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#define ATTNLAB_FUZZ_TARGETS(X) X(safetensors) X(npy) X(idx) X(config) X(sweep) X(spec) X(json)
+#define ATTNLAB_FUZZ_TARGETS(X) X(safetensors) X(npy) X(idx) X(config) X(sweep) X(spec) X(json) X(viz_request) X(run_key) X(run_dir)
 
 #define ATTNLAB_DECLARE(name) extern "C" int fuzz_##name##_input(const uint8_t* data, size_t size);
 ATTNLAB_FUZZ_TARGETS(ATTNLAB_DECLARE)

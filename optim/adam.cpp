@@ -83,8 +83,7 @@ struct Betas {
   T beta1, one_minus_beta1, beta2, one_minus_beta2, eps;
 };
 
-// Elements [from, to) of one segment; the same arithmetic, in the same order, as
-// step_per_tensor's loop.
+// Elements [from, to) of one segment: the update itself, shared by step() and step_per_tensor().
 template <class T>
 void update(const Segment<T>& s, int64_t from, int64_t to, const Betas<T>& b) {
   T* pd = s.p;
@@ -125,6 +124,20 @@ void run_pass(const std::vector<Segment<T>>& segments, const Betas<T>& b) {
       update(*it, from, to, b);
     }
   });
+}
+
+// The segment of one parameter at its step count `t` (already advanced): the bias corrections in
+// double, as torch computes them with Python floats, then every coefficient cast to T.
+template <class T>
+Segment<T> segment_of(const ParamGroup& group, const AdamOptions& o, bool decoupled, double t, int64_t n, T* p,
+                      const T* g, T* m, T* v) {
+  const double bias_correction1 = 1 - std::pow(o.beta1, t);
+  const double bias_correction2 = 1 - std::pow(o.beta2, t);
+  const double step_size = group.lr / bias_correction1;
+  const bool l2 = !decoupled && group.weight_decay != 0;
+  const bool decay = decoupled && group.weight_decay != 0;  // torch multiplies by 1 when wd = 0
+  return {0, n, p, g, m, v, static_cast<T>(group.weight_decay), static_cast<T>(1 - group.lr * group.weight_decay),
+          static_cast<T>(std::sqrt(bias_correction2)), static_cast<T>(-step_size), l2, decay};
 }
 
 template <class T>
@@ -174,19 +187,12 @@ void Adam::step() {
     if (!st.count("step")) st["step"] = scalar_tensor(0, kFloat64);
     double& t = *st["step"].data<double>();
     t += 1;
-    const double bias_correction1 = 1 - std::pow(o.beta1, t);
-    const double bias_correction2 = 1 - std::pow(o.beta2, t);
-    const double step_size = group.lr / bias_correction1;
-    const double bias_correction2_sqrt = std::sqrt(bias_correction2);
-    const bool l2 = !decoupled_ && group.weight_decay != 0;
-    const bool decay = decoupled_ && group.weight_decay != 0;  // torch multiplies by 1 when wd = 0
     const int64_t n = p.numel();
     if (n == 0) continue;
     dispatch_floating(p.dtype(), op, [&](auto tag) {
       using T = decltype(tag);
-      Segment<T> s{0, n, item.target.work.data<T>(), item.target.grad.data<T>(), m_t.data<T>(), v_t.data<T>(),
-                   static_cast<T>(group.weight_decay), static_cast<T>(1 - group.lr * group.weight_decay),
-                   static_cast<T>(bias_correction2_sqrt), static_cast<T>(-step_size), l2, decay};
+      Segment<T> s = segment_of(group, o, decoupled_, t, n, item.target.work.data<T>(), item.target.grad.data<T>(),
+                                m_t.data<T>(), v_t.data<T>());
       if constexpr (std::is_same_v<T, float>) {
         s.begin = total32;
         total32 += n;
@@ -222,40 +228,13 @@ void Adam::step_per_tensor() {
       }
       double& t = *st["step"].data<double>();
       t += 1;
-      const double bias_correction1 = 1 - std::pow(o.beta1, t);
-      const double bias_correction2 = 1 - std::pow(o.beta2, t);
-      const double step_size = group.lr / bias_correction1;
-      const double bias_correction2_sqrt = std::sqrt(bias_correction2);
-      const bool l2 = !decoupled_ && group.weight_decay != 0;
-      const bool decay = decoupled_ && group.weight_decay != 0;  // torch multiplies by 1 when wd = 0
       Tensor m_t = st["exp_avg"], v_t = st["exp_avg_sq"];
       dispatch_floating(p.dtype(), op, [&](auto tag) {
         using T = decltype(tag);
-        T* pd = target.work.data<T>();        // (numel,) parameter
-        const T* gd = target.grad.data<T>();  // (numel,) gradient
-        T* md = m_t.data<T>();                // (numel,) first moment
-        T* vd = v_t.data<T>();                // (numel,) second moment
-        const T wd = static_cast<T>(group.weight_decay);
-        const T keep = static_cast<T>(1 - group.lr * group.weight_decay);
-        const T beta1 = static_cast<T>(o.beta1), one_minus_beta1 = static_cast<T>(1 - o.beta1);
-        const T beta2 = static_cast<T>(o.beta2), one_minus_beta2 = static_cast<T>(1 - o.beta2);
-        const T bc2_sqrt = static_cast<T>(bias_correction2_sqrt);
-        const T eps = static_cast<T>(o.eps);
-        const T neg_step_size = static_cast<T>(-step_size);
-        parallel_for(p.numel(), kParallelGrain, [&](int64_t begin, int64_t end) {
-          for (int64_t i = begin; i < end; ++i) {
-            T g = gd[i];
-            T x = pd[i];
-            if (l2) g = g + wd * x;
-            if (decay) x = x * keep;
-            const T m = md[i] * beta1 + one_minus_beta1 * g;
-            const T v = vd[i] * beta2 + one_minus_beta2 * g * g;
-            md[i] = m;
-            vd[i] = v;
-            const T denom = std::sqrt(v) / bc2_sqrt + eps;
-            pd[i] = x + neg_step_size * m / denom;
-          }
-        });
+        const Segment<T> s = segment_of(group, o, decoupled_, t, p.numel(), target.work.data<T>(),
+                                        target.grad.data<T>(), m_t.data<T>(), v_t.data<T>());
+        const Betas<T> b = betas_of<T>(o);
+        parallel_for(p.numel(), kParallelGrain, [&](int64_t begin, int64_t end) { update(s, begin, end, b); });
       });
       target.finish();
     }

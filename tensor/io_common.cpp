@@ -3,6 +3,7 @@
 #include "tensor/io_common.hpp"
 #include "tensor/io.hpp"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -13,6 +14,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 namespace attnlab::io_detail {
@@ -109,20 +111,59 @@ void convert(const unsigned char* src, FileType type, bool byteswap, int64_t n, 
 
 }  // namespace
 
-InFile::InFile(const std::string& path) : path_(path) {
-  f_ = std::fopen(path.c_str(), "rb");
-  if (!f_) file_fail(path, "cannot open for reading: {}", std::strerror(errno));
+namespace {
+
+const char* file_kind(mode_t m) {
+  if (S_ISDIR(m)) return "a directory";
+  if (S_ISFIFO(m)) return "a FIFO (named pipe)";
+  if (S_ISCHR(m)) return "a character device";
+  if (S_ISBLK(m)) return "a block device";
+  if (S_ISSOCK(m)) return "a socket";
+  return "not a regular file";
+}
+
+std::string byte_count(int64_t n) {
+  if (n >= (int64_t(1) << 30) && n % (int64_t(1) << 30) == 0) return fmt::format("{} GiB", n >> 30);
+  if (n >= (int64_t(1) << 20) && n % (int64_t(1) << 20) == 0) return fmt::format("{} MiB", n >> 20);
+  return fmt::format("{} bytes", n);
+}
+
+}  // namespace
+
+int open_regular_file(const std::string& path, int64_t max_bytes, int64_t* size) {
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) file_fail(path, "cannot open for reading: {}", std::strerror(errno));
   struct stat st;
-  if (fstat(fileno(f_), &st) != 0) {
-    int err = errno;
-    std::fclose(f_);
+  if (fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
     file_fail(path, "cannot stat: {}", std::strerror(err));
   }
   if (!S_ISREG(st.st_mode)) {
-    std::fclose(f_);
-    file_fail(path, "is not a regular file{}", S_ISDIR(st.st_mode) ? " (it is a directory)" : "");
+    ::close(fd);
+    file_fail(path, "is {}; only a regular file is read (a link to /dev/zero or a FIFO would be read forever)",
+              file_kind(st.st_mode));
   }
-  size_ = st.st_size;
+  if (int64_t(st.st_size) > max_bytes) {
+    ::close(fd);
+    file_fail(path, "is {} bytes, more than the {} bound of this kind of file (docs/io.md, \"Files read whole\")",
+              int64_t(st.st_size), byte_count(max_bytes));
+  }
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  *size = st.st_size;
+  return fd;
+}
+
+InFile::InFile(const std::string& path) : path_(path) {
+  // A tensor file's size is checked against every offset it declares, so no bound beyond the file's own.
+  const int fd = open_regular_file(path, std::numeric_limits<int64_t>::max(), &size_);
+  f_ = fdopen(fd, "rb");
+  if (!f_) {
+    const int err = errno;
+    ::close(fd);
+    file_fail(path, "cannot open for reading: {}", std::strerror(err));
+  }
 }
 
 InFile::~InFile() {
@@ -203,12 +244,37 @@ void write_text_atomic(const std::string& path, const std::string& text) {
   w.commit();
 }
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail<FileError>("{}: cannot read", path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+std::string read_text(const std::string& path, int64_t max_bytes) {
+  int64_t size = 0;
+  const int fd = io_detail::open_regular_file(path, max_bytes, &size);
+  std::string out;
+  // The size from fstat is a hint: a file that grows while it is read is read up to the bound.
+  out.resize(size_t(std::min<int64_t>(size, max_bytes)));
+  size_t got = 0;
+  for (;;) {
+    if (got == out.size()) {
+      if (int64_t(out.size()) >= max_bytes) {
+        char extra;
+        const ssize_t n = ::read(fd, &extra, 1);
+        ::close(fd);
+        if (n > 0) fail<FileError>("{}: grew past the {} bytes bound while being read", path, max_bytes);
+        return out;
+      }
+      out.resize(std::min<size_t>(size_t(max_bytes), std::max<size_t>(out.size() * 2, 4096)));
+    }
+    const ssize_t n = ::read(fd, out.data() + got, out.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      fail<FileError>("{}: cannot read: {}", path, std::strerror(err));
+    }
+    if (n == 0) break;
+    got += size_t(n);
+  }
+  ::close(fd);
+  out.resize(got);
+  return out;
 }
 
 }  // namespace attnlab

@@ -10,12 +10,18 @@
 // corrupted files. Unknown keys inside a tensor entry are ignored.
 // Write: tensors sorted by name, data contiguous and back to back, the header padded with
 // spaces to a multiple of 8 bytes so every tensor starts aligned, as the reference writer does.
+// The header is strict RFC 8259 JSON read by nlohmann-json (strings well-formed UTF-8), with
+// two rules of attnlab's own: a key repeated in one object is an error (the last one would win
+// silently), and nesting is capped at 64 levels.
 #include <algorithm>
+#include <set>
 #include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "tensor/io.hpp"
 #include "tensor/io_common.hpp"
-#include "tensor/json_lite.hpp"
 #include "tensor/kernels.hpp"
 
 namespace attnlab {
@@ -23,7 +29,7 @@ namespace {
 
 using io_detail::file_fail;
 using io_detail::FileType;
-namespace json = json_lite;
+using json = nlohmann::json;
 
 // The reference implementation's cap; a larger header length is corruption, not a real file.
 constexpr uint64_t kMaxHeader = 100'000'000;
@@ -47,40 +53,89 @@ struct Entry {
   int64_t begin, end;
 };
 
-std::string q(const std::string& name) { return json::quote(name); }
+// `name` as a JSON string literal, for messages (a byte that is not UTF-8 shows as U+FFFD).
+std::string q(const std::string& name) { return json(name).dump(-1, ' ', false, json::error_handler_t::replace); }
 
-Entry parse_entry(const std::string& path, const std::string& name, const json::Value& v) {
-  if (v.kind != json::Value::Kind::Object)
-    file_fail(path, "tensor {} is {} in the header, expected an object", q(name), json::kind_name(v.kind));
-  auto field = [&](const char* key, json::Value::Kind kind) -> const json::Value& {
-    const json::Value* f = v.find(key);
-    if (!f) file_fail(path, "tensor {} has no \"{}\"", q(name), key);
-    if (f->kind != kind)
-      file_fail(path, "\"{}\" of tensor {} is {}, expected {}", key, q(name), json::kind_name(f->kind),
-                json::kind_name(kind));
+// `text` as a JSON string literal for the header; FileError naming `what` when it is not UTF-8.
+std::string header_string(const std::string& path, const std::string& text, const std::string& what) {
+  try {
+    return json(text).dump();
+  } catch (const json::type_error&) {
+    file_fail(path, "{} {} is not UTF-8 text, which a safetensors header cannot hold", what, q(text));
+  }
+}
+
+const char* kind_name(const json& v) {
+  switch (v.type()) {
+    case json::value_t::null: return "null";
+    case json::value_t::boolean: return "a boolean";
+    case json::value_t::number_integer:
+    case json::value_t::number_unsigned:
+    case json::value_t::number_float: return "a number";
+    case json::value_t::string: return "a string";
+    case json::value_t::array: return "an array";
+    case json::value_t::object: return "an object";
+    default: return "a binary value";
+  }
+}
+
+// The header's JSON; a syntax error names its byte, and a repeated key or nesting deeper than
+// 64 levels is an error too.
+json parse_header_json(const std::string& path, const std::string& text) {
+  std::vector<std::set<std::string>> keys;  // the keys seen in each open object
+  auto rules = [&](int depth, json::parse_event_t event, json& parsed) {
+    if (depth > 64) file_fail(path, "bad JSON in the header: nesting deeper than 64 levels");
+    if (event == json::parse_event_t::object_start) keys.emplace_back();
+    if (event == json::parse_event_t::object_end) keys.pop_back();
+    if (event == json::parse_event_t::key && !keys.back().insert(parsed.get<std::string>()).second)
+      file_fail(path, "bad JSON in the header: duplicate key {}", q(parsed.get<std::string>()));
+    return true;
+  };
+  try {
+    return json::parse(text, rules);
+  } catch (const json::parse_error& e) {
+    // e.what() is "[json.exception.parse_error.101] parse error at line 1, column C: WHY"
+    const std::string what = e.what();
+    const size_t column = what.find("column ");
+    const size_t why = column == std::string::npos ? std::string::npos : what.find(": ", column);
+    const size_t at = e.byte > 0 ? e.byte - 1 : 0;  // e.byte counts the characters read
+    file_fail(path, "bad JSON in the header at byte {} (file offset {}): {}", at, at + 8,
+              why == std::string::npos ? what : what.substr(why + 2));
+  }
+}
+
+Entry parse_entry(const std::string& path, const std::string& name, const json& v) {
+  if (!v.is_object()) file_fail(path, "tensor {} is {} in the header, expected an object", q(name), kind_name(v));
+  auto field = [&](const char* key, json::value_t type, const char* expected) -> const json& {
+    auto f = v.find(key);
+    if (f == v.end()) file_fail(path, "tensor {} has no \"{}\"", q(name), key);
+    if (f->type() != type) file_fail(path, "\"{}\" of tensor {} is {}, expected {}", key, q(name), kind_name(*f), expected);
     return *f;
   };
-  auto ints = [&](const json::Value& arr, const char* key) {
+  auto ints = [&](const json& arr, const char* key) {
     std::vector<int64_t> out;
-    for (const json::Value& x : arr.array) {
-      if (x.kind != json::Value::Kind::Number || !x.is_integer || x.integer < 0)
-        file_fail(path, "\"{}\" of tensor {} holds a value that is not a non-negative integer (JSON byte {})", key,
-                  q(name), x.offset);
-      out.push_back(x.integer);
+    for (size_t i = 0; i < arr.size(); ++i) {
+      const json& x = arr[i];
+      const bool ok = x.is_number_unsigned() ? x.get<uint64_t>() <= uint64_t(INT64_MAX)
+                                             : x.is_number_integer() && x.get<int64_t>() >= 0;
+      if (!ok)
+        file_fail(path, "\"{}\" of tensor {} holds a value that is not a non-negative integer (item {}: {})", key,
+                  q(name), i, x.dump(-1, ' ', false, json::error_handler_t::replace));
+      out.push_back(x.is_number_unsigned() ? int64_t(x.get<uint64_t>()) : x.get<int64_t>());
     }
     return out;
   };
 
   Entry e;
   e.name = name;
-  const std::string& code = field("dtype", json::Value::Kind::String).string;
+  const std::string code = field("dtype", json::value_t::string, "a string").get<std::string>();
   auto it = std::find_if(std::begin(kDTypes), std::end(kDTypes), [&](const StDType& d) { return d.code == code; });
   if (it == std::end(kDTypes))
     file_fail(path, "unsupported dtype {} of tensor {} (attnlab reads F32, F64, F16, BF16, I64, I32, I16, I8, U8, BOOL)",
               q(code), q(name));
   e.dtype = *it;
-  e.shape = ints(field("shape", json::Value::Kind::Array), "shape");
-  std::vector<int64_t> offsets = ints(field("data_offsets", json::Value::Kind::Array), "data_offsets");
+  e.shape = ints(field("shape", json::value_t::array, "an array"), "shape");
+  std::vector<int64_t> offsets = ints(field("data_offsets", json::value_t::array, "an array"), "data_offsets");
   if (offsets.size() != 2)
     file_fail(path, "\"data_offsets\" of tensor {} has {} entries, expected 2", q(name), offsets.size());
   e.begin = offsets[0];
@@ -107,27 +162,19 @@ Header read_header(io_detail::InFile& f, const std::string& path) {
   std::string text(n, '\0');
   f.read_at(8, text.data(), static_cast<int64_t>(n), "the header");
 
-  json::Value root;
-  try {
-    root = json::parse(text);
-  } catch (const json::ParseError& e) {
-    file_fail(path, "bad JSON in the header at byte {} (file offset {}): {}", e.offset, e.offset + 8, e.what());
-  }
-  if (root.kind != json::Value::Kind::Object)
-    file_fail(path, "the header is {}, expected a JSON object", json::kind_name(root.kind));
+  const json root = parse_header_json(path, text);
+  if (!root.is_object()) file_fail(path, "the header is {}, expected a JSON object", kind_name(root));
 
   const int64_t data_start = 8 + static_cast<int64_t>(n);
   const int64_t buffer = size - data_start;
   std::vector<Entry> entries;
   Metadata meta;
-  for (const auto& [name, v] : root.object) {
+  for (const auto& [name, v] : root.items()) {
     if (name == "__metadata__") {
-      if (v.kind != json::Value::Kind::Object)
-        file_fail(path, "\"__metadata__\" is {}, expected an object of strings", json::kind_name(v.kind));
-      for (const auto& [k, s] : v.object)
-        if (s.kind != json::Value::Kind::String)
-          file_fail(path, "\"__metadata__\" value of {} is {}, expected a string", q(k), json::kind_name(s.kind));
-      for (const auto& [k, s] : v.object) meta[k] = s.string;
+      if (!v.is_object()) file_fail(path, "\"__metadata__\" is {}, expected an object of strings", kind_name(v));
+      for (const auto& [k, s] : v.items())
+        if (!s.is_string()) file_fail(path, "\"__metadata__\" value of {} is {}, expected a string", q(k), kind_name(s));
+      for (const auto& [k, s] : v.items()) meta[k] = s.get<std::string>();
       continue;
     }
     Entry e = parse_entry(path, name, v);
@@ -229,7 +276,8 @@ void save_safetensors(const std::string& path, const TensorMap& tensors, const M
     header += "\"__metadata__\":{";
     bool first = true;
     for (const auto& [k, v] : metadata) {
-      header += fmt::format("{}{}:{}", first ? "" : ",", json::quote(k), json::quote(v));
+      header += fmt::format("{}{}:{}", first ? "" : ",", header_string(path, k, "metadata key"),
+                            header_string(path, v, "the value of metadata key " + q(k) + ","));
       first = false;
     }
     header += "}";
@@ -243,7 +291,8 @@ void save_safetensors(const std::string& path, const TensorMap& tensors, const M
     std::string shape;
     for (int d = 0; d < c.dim(); ++d) shape += fmt::format("{}{}", d ? "," : "", c.shape()[d]);
     header += fmt::format("{}{}:{{\"dtype\":\"{}\",\"shape\":[{}],\"data_offsets\":[{},{}]}}",
-                          header.size() > 1 ? "," : "", json::quote(name), code_of(c.dtype()), shape, offset,
+                          header.size() > 1 ? "," : "", header_string(path, name, "tensor name"), code_of(c.dtype()),
+                          shape, offset,
                           offset + bytes);
     offset += bytes;
     data.push_back(std::move(c));

@@ -75,6 +75,61 @@ std::optional<double> parse_number(std::string_view s) {
   return v;
 }
 
-std::string format_number(double v) { return fmt::format("{}", v); }
+namespace {
+
+// The length of the well-formed UTF-8 sequence starting at s[i], 0 if there is none.
+size_t utf8_sequence(std::string_view s, size_t i) {
+  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char c = b(i);
+  if (c < 0x80) return 1;
+  size_t n = 0;
+  unsigned char lo = 0x80, hi = 0xBF;  // the allowed range of the second byte
+  if (c >= 0xC2 && c <= 0xDF) n = 2;
+  else if (c == 0xE0) n = 3, lo = 0xA0;
+  else if (c == 0xED) n = 3, hi = 0x9F;  // no surrogates
+  else if (c >= 0xE1 && c <= 0xEF) n = 3;
+  else if (c == 0xF0) n = 4, lo = 0x90;
+  else if (c >= 0xF1 && c <= 0xF3) n = 4;
+  else if (c == 0xF4) n = 4, hi = 0x8F;  // <= U+10FFFF
+  else return 0;
+  if (i + n > s.size() || b(i + 1) < lo || b(i + 1) > hi) return 0;
+  for (size_t k = 2; k < n; ++k)
+    if (b(i + k) < 0x80 || b(i + k) > 0xBF) return 0;
+  return n;
+}
+
+}  // namespace
+
+bool is_utf8(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    const size_t n = utf8_sequence(s, i);
+    if (n == 0) return false;
+    i += n;
+  }
+  return true;
+}
+
+std::string printable(std::string_view s) {
+  std::string out;
+  for (size_t i = 0; i < s.size();) {
+    const size_t n = utf8_sequence(s, i);
+    if (n == 0) {
+      out += fmt::format("\\x{:02X}", static_cast<unsigned char>(s[i]));
+      ++i;
+    } else {
+      out.append(s.substr(i, n));
+      i += n;
+    }
+  }
+  return out;
+}
+
+std::string format_number(double v) {
+  // fmt writes a positive exponent as "e+21"; the '+' would split the number inside a '+'-joined
+  // list option (alibi_slopes=1e21+0.5), so it is dropped: "1e21" reads back the same.
+  std::string s = fmt::format("{}", v);
+  if (const size_t e = s.find("e+"); e != std::string::npos) s.erase(e + 1, 1);
+  return s;
+}
 
 }  // namespace attnlab

@@ -1,8 +1,10 @@
-// Threads. attnlab runs every parallel loop on one oneTBB arena and calls OpenBLAS
-// single-threaded from inside it: a matrix product is split into row blocks by attnlab, one
-// task each, so BLAS threads and TBB threads never compete for the cores (no
-// oversubscription). The thread count comes from ATTNLAB_NUM_THREADS (like OMP_NUM_THREADS),
-// else the number of cores, and can be changed with set_num_threads().
+/// @file
+/// Threads. attnlab runs every parallel loop on one oneTBB arena and calls OpenBLAS
+/// single-threaded from inside it: a matrix product is split into row blocks by attnlab, one
+/// task each, so BLAS threads and TBB threads never compete for the cores (no
+/// oversubscription). The thread count comes from ATTNLAB_NUM_THREADS (like OMP_NUM_THREADS),
+/// else the number of cores, and can be changed with set_num_threads().
+/// @ingroup tensor
 #pragma once
 #include <cstdint>
 
@@ -10,17 +12,19 @@
 #include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
 
+/// @addtogroup tensor
+/// @{
 namespace attnlab {
 
-int num_threads();
-void set_num_threads(int n);
-tbb::task_arena& arena();
+int num_threads();  ///< the threads parallel loops use (ATTNLAB_NUM_THREADS, else the cores)
+void set_num_threads(int n);  ///< sets the thread count (at least 1) and rebuilds the arena
+tbb::task_arena& arena();  ///< the oneTBB arena every parallel loop runs in
 
-// Loops smaller than this many elements run on the calling thread.
+/// Loops smaller than this many elements run on the calling thread.
 inline constexpr int64_t kParallelGrain = 32768;
 
-// Calls f(begin, end) on disjoint chunks of [0, n). Chunk boundaries depend only on n, grain
-// and the thread count, so results are reproducible for a given thread count.
+/// Calls f(begin, end) on disjoint chunks of [0, n). Chunk boundaries depend only on n, grain
+/// and the thread count, so results are reproducible for a given thread count.
 template <class F>
 void parallel_for(int64_t n, int64_t grain, F&& f) {
   if (n <= 0) return;
@@ -46,3 +50,4 @@ void parallel_for(int64_t n, int64_t grain, F&& f) {
 }
 
 }  // namespace attnlab
+/// @}

@@ -209,6 +209,8 @@ std::string HeadRole::label() const {
   if (is_structural) add("structural");
   if (is_rare) add("rare");
   if (is_retrieval) add("retrieval");
+  if (is_previous_token) add("previous_token");
+  if (is_induction) add("induction");
   return out.empty() ? "-" : out;
 }
 
@@ -238,6 +240,14 @@ std::vector<std::vector<HeadRole>> head_roles(const AttentionStats& s, const Rol
         r.retrieval = h.retrieval_mass / double(s.retrieval_queries);
         r.is_retrieval = r.retrieval >= t.retrieval_mass && r.retrieval >= retrieval_uniform + t.retrieval_margin;
       }
+      const CircuitStats& c = s.circuits;
+      const size_t l = out.size() - 1, i = out.back().size();
+      if (c.examples > 0 && l < c.previous_token.size() && i < c.previous_token[l].size()) {
+        r.previous_token = c.previous_token[l][i];
+        r.is_previous_token = r.previous_token >= t.previous_token && r.previous_token >= c.previous_uniform + t.previous_margin;
+        r.induction = c.induction[l][i];
+        r.is_induction = r.induction >= t.induction && r.induction >= c.induction_uniform + t.induction_margin;
+      }
       out.back().push_back(r);
     }
   }
@@ -258,12 +268,20 @@ std::string role_table(const AttentionStats& s, const HeadMatrix* importance, co
   if (s.retrieval_queries)
     out += fmt::format(" Retrieval: weight from the query on the answer >= {:.2f} and >= uniform {:.3f} + {:.2f}.",
                        t.retrieval_mass, retrieval_uniform_baseline(s), t.retrieval_margin);
+  const bool circuits = s.circuits.examples > 0;
+  if (circuits)
+    out += fmt::format(" Previous-token and induction: mean weight on a repeated random sequence ({} sequences of 2 x {} "
+                       "tokens) >= {:.2f} and >= uniform {:.3f} + {:.2f} (previous token), {:.3f} + {:.2f} (induction).",
+                       s.circuits.examples, s.circuits.half, t.previous_token, s.circuits.previous_uniform,
+                       t.previous_margin, s.circuits.induction_uniform, t.induction_margin);
   out += "\n";
   for (size_t l = 0; l < roles.size(); ++l) {
     out += fmt::format("\n### layer {}\n\n| head | confidence | top offset (share) | structural | rare mass | retrieval |", l);
+    if (circuits) out += " previous token | induction |";
     if (importance) out += " importance |";
     if (relevance) out += " relevance |";
     out += " role |\n|---|---|---|---|---|---|";
+    if (circuits) out += "---|---|";
     if (importance) out += "---|";
     if (relevance) out += "---|";
     out += "---|\n";
@@ -271,6 +289,7 @@ std::string role_table(const AttentionStats& s, const HeadMatrix* importance, co
       const HeadRole& r = roles[l][i];
       out += fmt::format("| {} | {} | {:+d} ({:.3f}) | {} | {} | {} |", i, num(r.confidence), r.offset, r.offset_share,
                          num(r.structural), num(r.rare_mass), num(r.retrieval));
+      if (circuits) out += fmt::format(" {} | {} |", num(r.previous_token), num(r.induction));
       auto at = [&](const HeadMatrix* m) { return l < m->size() && i < (*m)[l].size() ? (*m)[l][i] : NAN; };
       if (importance) out += fmt::format(" {} |", num(at(importance)));
       if (relevance) out += fmt::format(" {} |", num(at(relevance)));

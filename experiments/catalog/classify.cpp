@@ -3,7 +3,7 @@
 // Metrics: train_loss and lr every train.log_every steps, val_acc / val_loss at each evaluation;
 // summary: val_acc, test_acc, train_loss, steps_per_s, peak_rss_mb, params.
 #include "attnlab.hpp"
-#include "experiments/catalog/models.hpp"
+#include "experiments/models/models.hpp"
 #include "experiments/runner/experiment.hpp"
 #include "experiments/runner/trainer.hpp"
 #include "nn/attention/costs.hpp"
@@ -13,6 +13,7 @@ namespace attnlab::catalog {
 namespace {
 
 using namespace runner;
+using namespace models;
 
 Schema classify_schema() {
   Schema s;

@@ -25,7 +25,7 @@
 
 #include "attnlab.hpp"
 #include "experiments/analysis/spectrum.hpp"
-#include "experiments/catalog/models.hpp"
+#include "experiments/models/models.hpp"
 #include "experiments/plot/svg.hpp"
 #include "experiments/runner/experiment.hpp"
 #include "experiments/runner/trainer.hpp"
@@ -37,6 +37,7 @@ namespace attnlab::catalog {
 namespace {
 
 using namespace runner;
+using namespace models;
 
 Schema collab_schema() {
   Schema s;
@@ -49,6 +50,7 @@ Schema collab_schema() {
         "AdamW steps of each converted model and of the mha control (0 = no fine-tuning)");
   s.add("collab.finetune_lr", 1e-3, "learning rate of the fine-tuning (constant)");
   s.add("collab.cp_iterations", int64_t(300), "maximum ALS sweeps of each CP decomposition");
+  s.bound("collab.finetune_steps", 0, kMaxSteps).bound("collab.cp_iterations", 0, 1'000'000);
   return s;
 }
 

@@ -1,7 +1,8 @@
-// `example`: the complete example of docs/experiments.md. A one-layer encoder learns associative
-// recall (key/value pairs, then a query: answer its value) in a few seconds.
+// `example`: the complete example of docs/experiments.md. A two-layer encoder learns associative
+// recall (key/value pairs, then a query: answer its value). The quick preset (4 pairs, chance 1/8)
+// passes the plateau near val_acc 0.4 within its 5000 steps, about half a minute on 2 cores.
 #include "attnlab.hpp"
-#include "experiments/catalog/models.hpp"
+#include "experiments/models/models.hpp"
 #include "experiments/runner/experiment.hpp"
 #include "experiments/runner/trainer.hpp"
 #include "nn/loss.hpp"
@@ -10,6 +11,7 @@ namespace attnlab::catalog {
 namespace {
 
 using namespace runner;
+using namespace models;
 
 // Every key the experiment reads, with its default and help (config.toml shows them).
 Schema example_schema() {
@@ -43,6 +45,7 @@ void run_example(const Config& config, RunContext& ctx) {
     fail<ValueError>("example: val_acc {:.3f} is below example.min_accuracy {}", val_acc,
                      config.get_float("example.min_accuracy"));
   ctx.summary("val_acc", val_acc);
+  ctx.summary("chance", 1.0 / double(task.num_classes));  // what guessing scores
   ctx.summary("test_acc", evaluate_classifier(*model, task, task.test).accuracy);
   ctx.summary("steps_per_s", trainer.steps_per_second());
 }
@@ -52,7 +55,9 @@ const bool registered = register_experiment({
     .name = "example",
     .description = "the docs/experiments.md example: a tiny encoder on associative recall",
     .schema = example_schema(),
-    .presets = {{"quick", "task.num_pairs = 4\ntask.num_keys = 8\ntask.num_values = 8\ntrain.steps = 600\n"},
+    .presets = {{"quick", "task.num_pairs = 4\ntask.num_keys = 8\ntask.num_values = 8\ntask.train_size = 20000\n"
+                          "model.attention = \"mha(heads=4)\"\nmodel.d_model = 64\nmodel.layers = 2\n"
+                          "model.ffn_hidden = 128\ntrain.steps = 5000\ntrain.warmup = 250\ntrain.eval_every = 1000\n"},
                 {"full", "train.steps = 2000\ntask.train_size = 20000\nmodel.layers = 2\n"}},
     .run = run_example,
     .check = check_model,  // the attention spec and model shapes, before the run directory exists

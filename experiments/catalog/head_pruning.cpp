@@ -29,23 +29,27 @@
 #include <algorithm>
 #include <fstream>
 #include <numeric>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "attnlab.hpp"
 #include "experiments/analysis/heads.hpp"
 #include "experiments/analysis/probe.hpp"
-#include "experiments/catalog/models.hpp"
+#include "experiments/models/models.hpp"
 #include "experiments/data/philox_stream.hpp"
 #include "experiments/plot/svg.hpp"
 #include "experiments/runner/experiment.hpp"
 #include "experiments/runner/trainer.hpp"
 #include "nn/loss.hpp"
+#include "experiments/runner/file_bounds.hpp"
+#include "tensor/io.hpp"
 
 namespace attnlab::catalog {
 namespace {
 
 using namespace runner;
+using namespace models;
 
 Schema pruning_schema() {
   Schema s;
@@ -55,6 +59,7 @@ Schema pruning_schema() {
   s.add("train.l0_lambda", 0.0, "weight of the expected-L0 gate penalty in the loss (0 = none; > 0 needs gates)");
   s.add("prune.random_orders", int64_t(5),
         "random head orders masked one at a time as the control for the importance order (0 = none)");
+  s.bound("prune.random_orders", 0, 10'000);
   return s;
 }
 
@@ -88,7 +93,8 @@ int64_t attention_params(const nn::EncoderClassifier& model, const std::vector<s
 // Gate trajectories from metrics.jsonl (complete across resumes, unlike anything in memory).
 void plot_gates(RunContext& ctx) {
   std::map<std::string, plot::Series> series;
-  std::ifstream in(ctx.dir() / "metrics.jsonl");
+  const std::filesystem::path metrics = ctx.dir() / "metrics.jsonl";  // absent on ranks other than 0
+  std::istringstream in(std::filesystem::exists(metrics) ? read_text(metrics.string(), kMetricsFileBound) : "");
   std::string line;
   while (std::getline(in, line)) {
     auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
@@ -159,7 +165,6 @@ void run_pruning(const Config& config, RunContext& ctx) {
                       "(add gate=hard_concrete, or set train.l0_lambda = 0)",
                       lambda, config.get_string("model.attention"));
   const int64_t random_orders = config.get_int("prune.random_orders");
-  if (random_orders < 0) fail<ConfigError>("prune.random_orders: expected >= 0, got {}", random_orders);
   data::DataLoader loader(task.train, config.get_int("train.batch_size"), /*shuffle=*/true,
                           uint64_t(config.get_int("seed")), /*drop_last=*/true);
   Trainer trainer(ctx, *model);

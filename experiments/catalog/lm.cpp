@@ -14,19 +14,24 @@
 
 #include <cmath>
 #include <optional>
+#include <tuple>
+#include <vector>
 
 #include "attnlab.hpp"
 #include "experiments/analysis/ngram.hpp"
-#include "experiments/catalog/models.hpp"
+#include "experiments/models/models.hpp"
 #include "experiments/data/text.hpp"
 #include "experiments/runner/experiment.hpp"
 #include "experiments/runner/trainer.hpp"
+#include "nn/attention/kernels/tile_attention.hpp"
+#include "nn/attention/kernels/tile_gemm_bf16.hpp"
 #include "nn/loss.hpp"
 
 namespace attnlab::catalog {
 namespace {
 
 using namespace runner;
+using namespace models;
 
 Schema lm_schema() {
   Schema s;
@@ -41,8 +46,10 @@ Schema lm_schema() {
   add_train_keys(s, {.steps = 300, .batch_size = 16, .lr = 2e-3, .warmup = 30, .eval_every = 100});
   add_precision_key(s);
   s.add("eval.batches", int64_t(8), "validation batches (of train.batch_size windows) per evaluation");
+  s.bound("eval.batches", 1, 100'000);
   s.add("eval.context", int64_t(0),
         "> 0: the final evaluation also reports val_bpc_long on windows of this many tokens (0 = off)");
+  s.bound("eval.context", 0, 1 << 20);
   s.add("eval.ngram", false,
         "true: before training, count 1..5-grams of the training text and report ngram_bpc_3, _4, _5 (the "
         "Kneser-Ney n-gram calibration of the split; about 0.5 s and 60 MB, which peak_rss_mb then includes)");
@@ -81,6 +88,22 @@ int64_t eval_context(const Config& config, const TaskData& task) {
   return n;
 }
 
+// task.pack needs an attention that takes segment ids (retention and fnet do not). Asked of the
+// model before the first step, so that the run and its dry run refuse it alike: one forward of
+// one row in eval mode, without gradient, with the default generator and every generator of the
+// model restored afterwards (the run draws the same numbers as without the probe).
+void check_takes_segments(nn::CausalLM& model, int64_t n) {
+  NoGradGuard no_grad;
+  std::vector<std::tuple<Generator*, uint64_t, uint64_t>> kept{
+      {&default_generator(), default_generator().seed(), default_generator().offset()}};
+  for (auto& [name, g] : model.named_generators()) kept.emplace_back(g, g->seed(), g->offset());
+  model.eval();
+  const Tensor row = zeros({1, n}, kInt64);  // (1, N): token 0, one segment
+  model.forward(row, row);
+  model.train();
+  for (const auto& [g, seed, offset] : kept) g->set_state(seed, offset);
+}
+
 void run_lm(const Config& config, RunContext& ctx) {
   const TaskData& task = ctx.data();
   auto model = build_lm(config, task);
@@ -89,8 +112,17 @@ void run_lm(const Config& config, RunContext& ctx) {
   const bool pack = config.get_bool("task.pack");
   ctx.logf("lm: {} on {} ({} parameters, context {}, {} positions{})", attention_spec(config), task.name,
            model->num_parameters(), n, model->config.positions, pack ? ", packed rows" : "");
+  if (pack) check_takes_segments(*model, n);
   const Precision precision = resolve_precision(config);
   ctx.logf("precision: {}", precision.reason);
+  if (precision.bf16) {
+    AutocastGuard probe(kBFloat16, AutocastPolicy::Force);
+    ctx.logf("precision: the fused attention kernel runs its products in {}",
+             nn::tile_attention_runs_bf16(kFloat32)
+                 ? fmt::format("bf16 (AVX512_BF16) where its query rows have {} or more keys, else float32",
+                               nn::tile::bf16_min_keys_per_row())
+                 : std::string("float32 (no AVX512_BF16 on this CPU)"));
+  }
   // Training and evaluation run at the same precision; a product's backward follows its forward.
   auto loss_of = [&](const Tensor& x, const Tensor& y, const Tensor& segment_ids = {}) {
     std::optional<AutocastGuard> autocast;
@@ -103,8 +135,9 @@ void run_lm(const Config& config, RunContext& ctx) {
   auto val_bpc = [&](int64_t context) {
     Generator fixed(12345);
     double sum = 0;
-    const int64_t k = std::max<int64_t>(1, config.get_int("eval.batches"));
+    const int64_t k = config.get_int("eval.batches");  // in [1, 100000]: the schema's bound
     for (int64_t i = 0; i < k; ++i) {
+      stop_point();  // a stop signal is honoured between batches (RunStopped)
       auto [x, y] = data::lm_batch(task.val_tokens, batch, context, fixed);  // (B, context), (B, context)
       sum += loss_of(x, y).item();
     }

@@ -47,7 +47,12 @@ Schema lowrank_fit_schema() {
       .add("fit.mix", "none", "none: head j's logits are its own (rank <= k); talking: a learned (h, h) pre_mix "
                               "combines all heads' logits (rank <= h k)")
       .add("fit.logit_scale", 2.0, "std of the targets' logits G (larger = sharper target rows)")
-      .add("fit.data_seed", int64_t(0), "seed of X and the targets (independent of `seed`, which draws the weights)");
+      .add("fit.data_seed", int64_t(0), "seed of X and the targets (independent of `seed`, which draws the weights)")
+      // Lower ends 0: lowrank_fit names what it needs (>= 1) itself.
+      .bound("fit.tokens", 0, 1 << 12)
+      .bound("fit.input_dim", 0, 1 << 16)
+      .bound("fit.key_size", 0, 1 << 16)
+      .bound("fit.heads", 0, 1 << 12);
   add_train_keys(s, {.steps = 1500, .batch_size = 1, .lr = 0.05, .weight_decay = 0, .warmup = 50,
                      .min_lr_ratio = 0.01, .clip = 0, .eval_every = 500, .log_every = 50});
   return s;

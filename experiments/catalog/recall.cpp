@@ -8,7 +8,7 @@
 // layer costs state_per_token and density at task.length (nn/attention/costs.hpp), steps_per_s,
 // peak_rss_mb, params.
 #include "attnlab.hpp"
-#include "experiments/catalog/models.hpp"
+#include "experiments/models/models.hpp"
 #include "experiments/data/mqar.hpp"
 #include "experiments/runner/experiment.hpp"
 #include "experiments/runner/trainer.hpp"
@@ -20,6 +20,7 @@ namespace attnlab::catalog {
 namespace {
 
 using namespace runner;
+using namespace models;
 
 Schema recall_schema() {
   Schema s;
@@ -27,6 +28,7 @@ Schema recall_schema() {
   s.add("task.num_queries", int64_t(0), "mqar: queries per example, distinct keys of its pairs (0 = task.num_pairs)");
   s.add("task.pair_tokens", int64_t(1),
         "mqar: positions per key-value pair, 1 (one id per pair) or 2 (k v, Zoology's layout; docs/experiments.md)");
+  s.bound("task.num_queries", 0, 1 << 20).bound("task.pair_tokens", 0, 1 << 20);
   add_model_keys(s, {.attention = "mha(heads=2)", .d_model = 32, .layers = 2, .ffn_hidden = 64});
   s.add("model.causal", "auto",
         "auto (false for mqar, true for induction) | true | false: causal self-attention in every block");
@@ -96,6 +98,7 @@ double accuracy(RecallModel& model, const data::TensorDataset& split, int64_t ba
   model.eval();
   int64_t correct = 0, scored = 0;
   for (int64_t i = 0; i < split.size(); i += batch) {
+    stop_point();  // a stop signal is honoured between batches (RunStopped)
     const int64_t b = std::min(batch, split.size() - i);
     Tensor x = narrow(split.inputs, 0, i, b), y = narrow(split.targets, 0, i, b);  // (b, N) each
     correct += sum(eq(argmax(model.forward(x), -1), y)).item<int64_t>();          // ignored targets never match

@@ -26,15 +26,46 @@ struct Skip {
   std::string why;
 };
 
-// What the checks share: the spec, its sizes and what the layer was found to accept.
+// What the checks share: the spec, its sizes, what the variant declares and what the layer was
+// found to accept.
 struct Subject {
   std::string spec;
   std::string variant;
   CheckOptions options;
-  int64_t n = 0;        // the shortest accepted length: most checks run at (2, n, D)
-  int64_t n_long = 0;   // the second accepted length (the shape check)
-  bool causal = false;  // forward(..., causal=true) is accepted
+  nn::Capabilities caps = {};     // from the variant's schema
+  int64_t n = 0;                  // the shortest accepted length: most checks run at (2, n, D)
+  int64_t n_long = 0;             // the second accepted length (the shape check)
+  bool causal = false;            // forward(..., causal=true) is accepted
+  std::string causal_error = {};  // why not, when not
 };
+
+using nn::Support;
+
+// The checks needing `feature` SKIP when the variant declares it absent.
+void require(Support support, const std::string& feature) {
+  if (support == Support::no) throw Skip{fmt::format("declares no {} (the capabilities of its schema)", feature)};
+}
+
+// The checks that move masked, future or other documents' inputs SKIP for a variant whose
+// outputs depend on them by its definition (lsh).
+void require_isolation(const Subject& s) {
+  if (!s.caps.isolates_masked)
+    throw Skip{"declares that masked, future and other documents' inputs take part in its output (isolates_masked = "
+               "false in its schema)"};
+}
+
+// A rejection `why` of `feature`: a SKIP when the variant leaves the feature to probing, a FAIL
+// when it declares it.
+[[noreturn]] void rejected(Support support, const std::string& feature, const std::string& why) {
+  if (support == Support::yes) fail<ValueError>("declares {} in its capabilities but rejects it: {}", feature, why);
+  throw Skip{fmt::format("takes no {}: {}", feature, why)};
+}
+
+// Both features together: absent if either is, declared if both are.
+Support both(Support a, Support b) {
+  if (a == Support::no || b == Support::no) return Support::no;
+  return a == Support::yes && b == Support::yes ? Support::yes : Support::probe;
+}
 
 // Adds 0.1 N(0, 1) to every parameter but the gates' log_alpha, drawn from N(0, 1), and draws
 // head_mask from U(0.5, 1.5).
@@ -151,15 +182,20 @@ EmptyRowMask all_keys_mask(int64_t b, int64_t n) {
   return {from_vector(v, {b, 1, 1, n}), empty, "a key mask that masks every key of the last batch"};
 }
 
-// The empty-row mask the layer accepts (a query mask, else a key mask), or a Skip.
+// The empty-row mask the layer takes (a query mask, else a key mask), or a Skip.
 EmptyRowMask accepted_empty_row_mask(const Subject& s, nn::Attention& layer, const Tensor& x) {
-  EmptyRowMask q = query_mask(x.size(0), s.n, s.options.seed + 7);
-  auto no_query = rejection(s, [&] { layer.forward(x, {}, q.allowed); });
-  if (!no_query) return q;
+  if (s.caps.query_mask == Support::no && s.caps.key_mask == Support::no)
+    throw Skip{"declares no mask (the capabilities of its schema)"};
+  if (s.caps.query_mask != Support::no) {
+    EmptyRowMask q = query_mask(x.size(0), s.n, s.options.seed + 7);
+    auto no_query = rejection(s, [&] { layer.forward(x, {}, q.allowed); });
+    if (!no_query) return q;
+    if (s.caps.query_mask == Support::yes) rejected(Support::yes, "query mask", *no_query);
+  }
   EmptyRowMask k = all_keys_mask(x.size(0), s.n);
   auto no_key = rejection(s, [&] { layer.forward(x, {}, k.allowed); });
   if (!no_key) return k;
-  throw Skip{"takes no mask: " + *no_key};
+  rejected(s.caps.key_mask, "mask", *no_key);
 }
 
 std::string fmt_diff(double d) { return fmt::format("{:.2g}", d); }
@@ -252,6 +288,8 @@ std::vector<std::pair<std::string, std::vector<bool>>> key_paddings(int64_t n) {
 }
 
 std::string check_key_mask(const Subject& s) {
+  require(s.caps.key_mask, "key mask");
+  require_isolation(s);
   Layer a = build(s);
   double d = 0;
   std::vector<std::string> seen;
@@ -260,7 +298,7 @@ std::string check_key_mask(const Subject& s) {
     const std::vector<double> x = input_values(2, n, s.options.d_model, s.options.seed + 2);
     for (const auto& [kind, pad] : key_paddings(n)) {
       const Tensor mask = from_vector(pad, {2, 1, 1, n});
-      if (auto no = rejection(s, [&] { a->forward(from_vector(x, shape), {}, mask); })) throw Skip{"takes no mask: " + *no};
+      if (auto no = rejection(s, [&] { a->forward(from_vector(x, shape), {}, mask); })) rejected(s.caps.key_mask, "key mask", *no);
       auto masked = [&](int64_t b, int64_t m) { return !pad[b * n + m]; };
       d = std::max(d, perturbed_difference(*a, x, shape, mask, false, masked, s.options.seed + 3));
       require_close(s, d, fmt::format("N={}, {} padding: the unmasked rows moved when the masked positions' inputs changed",
@@ -274,7 +312,9 @@ std::string check_key_mask(const Subject& s) {
 }
 
 std::string check_causal(const Subject& s) {
-  if (!s.causal) throw Skip{"not causal"};
+  require(s.caps.causal, "causal");
+  require_isolation(s);
+  if (!s.causal) rejected(s.caps.causal, "causal", s.causal_error);
   Layer a = build(s);
   const Dims shape{2, s.n, s.options.d_model};
   const std::vector<double> x = input_values(2, s.n, s.options.d_model, s.options.seed + 4);
@@ -289,7 +329,9 @@ std::string check_causal(const Subject& s) {
 // Causal with a key mask: changing the masked positions and every position from a cut on moves
 // no earlier unmasked row, for cuts 1, N/2 and N-1, at each length and key padding.
 std::string check_causal_key_mask(const Subject& s) {
-  if (!s.causal) throw Skip{"not causal"};
+  require(both(s.caps.causal, s.caps.key_mask), "causal with a key mask");
+  require_isolation(s);
+  if (!s.causal) rejected(s.caps.causal, "causal", s.causal_error);
   Layer a = build(s);
   double d = 0;
   int64_t tried = 0;
@@ -299,7 +341,7 @@ std::string check_causal_key_mask(const Subject& s) {
     for (const auto& [kind, pad] : key_paddings(n)) {
       const Tensor mask = from_vector(pad, {2, 1, 1, n});
       if (auto no = rejection(s, [&] { a->forward(from_vector(x, shape), {}, mask, true); }))
-        throw Skip{"takes no key mask with causal: " + *no};
+        rejected(s.caps.key_mask, "key mask with causal", *no);
       for (int64_t cut : {int64_t(1), n / 2, n - 1}) {
         auto moved = [&](int64_t b, int64_t m) { return m >= cut || !pad[b * n + m]; };
         d = std::max(d, perturbed_difference(*a, x, shape, mask, true, moved, s.options.seed + 21 + cut));
@@ -330,6 +372,8 @@ std::vector<int64_t> packed_ids(int64_t n) {
 // the other parity's documents, plain and causal; with causal also, changing the positions from a
 // cut on (each document boundary and N/2) moves no earlier row.
 std::string check_segments(const Subject& s) {
+  require(s.caps.segments, "segment ids");
+  require_isolation(s);
   Layer a = build(s);
   double d = 0;
   int64_t tried = 0;
@@ -339,7 +383,7 @@ std::string check_segments(const Subject& s) {
     const Tensor segment_ids = from_vector(ids, {2, n});
     const std::vector<double> x = input_values(2, n, s.options.d_model, s.options.seed + 30);
     if (auto no = rejection(s, [&] { a->forward_packed(from_vector(x, shape), segment_ids); }))
-      throw Skip{"takes no segment ids: " + *no};
+      rejected(s.caps.segments, "segment ids", *no);
     std::vector<bool> modes{false};
     if (s.causal) modes.push_back(true);
     for (bool causal : modes) {
@@ -412,6 +456,7 @@ std::string check_masked_row(const Subject& s) {
 // padding mask on the context, changing its masked rows moves no output; gradcheck of x and the
 // context (the parameters are checked on self-attention).
 std::string check_cross(const Subject& s) {
+  require(s.caps.cross, "cross-attention");
   if (s.n_long == s.n) throw Skip{"needs two accepted lengths for N != M"};
   Layer a = build(s);
   const int64_t D = s.options.d_model, N = s.n, M = s.n_long;
@@ -420,7 +465,7 @@ std::string check_cross(const Subject& s) {
   const Dims cshape{2, M, D};
   Tensor y;
   if (auto no = rejection(s, [&] { y = a->forward(x, from_vector(c, cshape)).output; }))
-    throw Skip{"takes no context: " + *no};
+    rejected(s.caps.cross, "context", *no);
   if (y.shape() != Dims{2, N, D} || !all_finite(y))
     fail<ShapeError>("context ({}, {}, {}) gives output {}{}", 2, M, D, to_string(y.shape()), all_finite(y) ? "" : ", not finite");
   std::string masked = "no key mask";
@@ -473,17 +518,18 @@ std::string check_state_dict(const Subject& s) {
 // layer with the other heads' head_mask at 0: plain, and with a key mask and causal where the
 // layer takes them; the pruned layer's spec() rebuilds it; bad head lists are errors.
 std::string check_prune(const Subject& s) {
+  require(s.caps.pruning, "pruning");
   Layer a = build(s);
   Tensor head_mask;
   for (auto& [name, b] : a->named_buffers())
     if (name == "head_mask") head_mask = b;
-  if (!head_mask.defined()) throw Skip{"no head_mask buffer"};
+  if (!head_mask.defined()) rejected(s.caps.pruning, "pruning", "no head_mask buffer");
   const int64_t h = head_mask.numel();
   if (h < 2) throw Skip{"one head"};
   std::vector<int64_t> keep;
   for (int64_t i = h - 1; i >= 0; i -= 2) keep.push_back(i);  // h-1, h-3, ...
   Layer pruned;
-  if (auto no = rejection(s, [&] { pruned = a->prune_heads(keep); })) throw Skip{"cannot be pruned: " + *no};
+  if (auto no = rejection(s, [&] { pruned = a->prune_heads(keep); })) rejected(s.caps.pruning, "prune_heads", *no);
   pruned->to(kFloat64);
   pruned->eval();
   for (const std::vector<int64_t>& bad : {std::vector<int64_t>{0, h}, std::vector<int64_t>{0, 0}, std::vector<int64_t>{}})
@@ -498,7 +544,7 @@ std::string check_prune(const Subject& s) {
   }
   Tensor x = input(2, s.n, s.options.d_model, s.options.seed + 9);
   const Tensor pad = from_vector(padding(2, s.n), {2, 1, 1, s.n});
-  const bool masks = !rejection(s, [&] { a->forward(x, {}, pad); });
+  const bool masks = s.caps.key_mask != Support::no && !rejection(s, [&] { a->forward(x, {}, pad); });
   Layer rebuilt = build_plain(pruned->spec(), s.options.d_model, s.options.seed + 5);
   rebuilt->load_state_dict(pruned->state_dict());
   double d = 0;
@@ -548,7 +594,8 @@ std::string check_gradcheck_masked(const Subject& s) {
 // forward_step's contract: each step's rows equal the last rows of a causal forward over every
 // position so far (not of the whole sequence: mha's default sigmoid_bias -log M depends on M).
 std::string check_forward_step(const Subject& s) {
-  if (!s.causal) throw Skip{"not causal"};
+  require(s.caps.decoding, "decoding (forward_step)");
+  if (!s.causal) rejected(s.caps.decoding, "forward_step", "not causal: " + s.causal_error);
   Layer a = build(s);
   Tensor x = input(2, s.n, s.options.d_model, s.options.seed + 13);  // (2, N, D)
   std::vector<int64_t> chunks{1, std::min<int64_t>(2, s.n - 1)};
@@ -564,7 +611,7 @@ std::string check_forward_step(const Subject& s) {
       got = a->forward_step(narrow(x, 1, at, t), *cache);  // (2, t, D)
     });
     if (no) {
-      if (at == 0) throw Skip{"forward_step rejected at these lengths: " + *no};
+      if (at == 0) rejected(s.caps.decoding, "forward_step at these lengths", *no);
       fail<ValueError>("forward_step failed after {} positions: {}", at, *no);
     }
     Tensor want = narrow(a->forward(narrow(x, 1, 0, at + t), {}, {}, true).output, 1, at, t);  // (2, t, D)
@@ -682,8 +729,13 @@ CheckResult probe(Subject& s) {
   try {
     a->forward(input(1, s.n, s.options.d_model, s.options.seed), {}, {}, true);
     s.causal = true;
-  } catch (const Error&) {
+  } catch (const Error& e) {
     s.causal = false;
+    s.causal_error = e.what();
+  }
+  if (s.causal && s.caps.causal == Support::no) {
+    r.detail = fmt::format("{} declares no causal in its capabilities, but forward(..., causal=true) runs", a->spec());
+    return r;
   }
   r.passed = true;
   r.detail = fmt::format("{} at d_model {}; lengths {}{}", a->spec(), s.options.d_model, fmt::join(ok, ", "),
@@ -704,9 +756,7 @@ const std::vector<std::string>& check_names() {
 
 std::vector<CheckResult> check_variant(const std::string& spec, const CheckOptions& options) {
   Subject s{spec, nn::parse_spec(spec).name, options};
-  bool known = false;
-  for (const auto& v : nn::variants()) known = known || v.schema.name == s.variant;
-  if (!known) nn::make_attention(spec, options.d_model);  // the registry's error, listing the known names
+  s.caps = nn::registered_schema(s.variant).capabilities;  // the registry's error, listing the known names
   std::vector<CheckResult> results{probe(s)};
   if (!results[0].passed) return results;
   for (const auto& [name, fn] : checks()) {

@@ -9,10 +9,12 @@
 // Every check runs in float64 and eval mode (gates deterministic, no dropout, fixed random
 // features), on random weights: each parameter gets 0.1 N(0, 1) added to its init, gate.log_alpha
 // N(0, 1) and head_mask random values in [0.5, 1.5], so that zero-initialised tensors (sinks,
-// mix_logits), the gates and the head_mask take part. What a variant supports is probed, not declared: a mask, causal, prune_heads
-// or forward_step that the layer rejects with an attnlab error naming the variant makes the
-// checks that need it SKIP; a rejection that does not name the variant, or any other exception,
-// is a FAIL.
+// mix_logits), the gates and the head_mask take part. What a variant supports is declared in its
+// schema (nn::Capabilities): the checks needing a feature it declares absent SKIP, and a feature
+// it declares that the layer rejects is a FAIL. A feature left to probing (Support::probe: not
+// declared, or decided by the options) that the layer rejects with an attnlab error naming the
+// variant makes the checks needing it SKIP; a rejection that does not name the variant, or any
+// other exception, is a FAIL.
 #pragma once
 #include <cstdint>
 #include <set>
@@ -39,9 +41,7 @@ struct CheckOptions {
   double tolerance = 1e-9;
   // Gradcheck: at most this many elements of x and of each parameter, spread evenly.
   int64_t grad_elements = 24;
-  // Checks to report as skipped (a variant whose spec makes one of them not apply: lsh's
-  // bucketing sees every position, so masked, future and other documents' inputs move the
-  // others' outputs).
+  // Checks to report as skipped by the caller (a test running a subset of the checks).
   std::set<std::string> skip;
 };
 

@@ -21,6 +21,7 @@
 #include "experiments/data/listops.hpp"
 #include "experiments/plot/png.hpp"
 #include "tensor/io.hpp"
+#include "experiments/runner/file_bounds.hpp"
 
 namespace attnlab::cli {
 
@@ -30,30 +31,30 @@ using namespace analyze_detail;
 
 // ---------------------------------------------------------------------------- shared helpers
 
-catalog::LoadedRun load_run_checked(const fs::path& dir) {
+models::LoadedRun load_run_checked(const fs::path& dir) {
   if (!fs::is_directory(dir)) fail<FileError>("{}: no such run directory", dir.string());
   for (const char* f : {"meta.json", "config.toml"})
     if (!fs::is_regular_file(dir / f)) fail<FileError>("{}: missing (not a run directory?)", (dir / f).string());
   if (!fs::is_regular_file(dir / "checkpoint.safetensors"))
     fail<FileError>("{}: missing (an incomplete run: it has not saved a checkpoint yet)",
                     (dir / "checkpoint.safetensors").string());
-  return catalog::load_run(dir);
+  return models::load_run(dir);
 }
 
-analysis::Probe run_probe(const catalog::LoadedRun& run) {
+analysis::Probe run_probe(const models::LoadedRun& run) {
   if (auto lm = std::dynamic_pointer_cast<nn::CausalLM>(run.model)) return analysis::lm_probe(*lm);
   if (auto c = std::dynamic_pointer_cast<nn::EncoderClassifier>(run.model))
     return analysis::classifier_probe(*c, run.task.pad_id);
   fail<ValueError>("analyze: the run's model is neither an encoder classifier nor a causal LM (task '{}')", run.task.name);
 }
 
-int64_t validation_size(const catalog::LoadedRun& run) {
+int64_t validation_size(const models::LoadedRun& run) {
   const runner::TaskData& t = run.task;
   if (t.language_model) return t.val_tokens.defined() ? (t.val_tokens.numel() - 1) / t.seq_len : 0;
   return t.val.size();
 }
 
-void for_each_validation_batch(const catalog::LoadedRun& run, int64_t count, int64_t batch,
+void for_each_validation_batch(const models::LoadedRun& run, int64_t count, int64_t batch,
                                const std::function<void(const data::Batch&)>& fn) {
   const runner::TaskData& t = run.task;
   if (count > validation_size(run))
@@ -79,7 +80,7 @@ void for_each_validation_batch(const catalog::LoadedRun& run, int64_t count, int
   }
 }
 
-std::string axis_label(const catalog::LoadedRun& run, int64_t token, int64_t position) {
+std::string axis_label(const models::LoadedRun& run, int64_t token, int64_t position) {
   if (token == -1) return "CLS";
   if (token < -1) return std::to_string(position);  // no tokens (feature inputs)
   return run.task.token(token);
@@ -88,7 +89,7 @@ std::string axis_label(const catalog::LoadedRun& run, int64_t token, int64_t pos
 // What the recorder measures for the run's task: ListOps structure and token classes, rare
 // tokens against character counts of the training text for a language model, retrieval for
 // associative recall.
-analysis::StatsConfig analyze_detail::stats_config(const catalog::LoadedRun& run, int64_t keep) {
+analysis::StatsConfig analyze_detail::stats_config(const models::LoadedRun& run, int64_t keep) {
   analysis::StatsConfig cfg;
   cfg.keep_examples = keep;
   const runner::TaskData& t = run.task;
@@ -111,13 +112,19 @@ analysis::StatsConfig analyze_detail::stats_config(const catalog::LoadedRun& run
 namespace {
 
 
+// summary.json when the run has one: a JSON object whose "experiment" and "status" are strings and
+// "metrics" an object, as run_experiment writes it; FileError naming the file otherwise.
 std::optional<json> read_summary(const fs::path& dir) {
-  std::ifstream in(dir / "summary.json");
-  if (!in) return std::nullopt;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  json j = json::parse(ss.str(), nullptr, false);
-  if (j.is_discarded()) return std::nullopt;
+  const fs::path p = dir / "summary.json";
+  if (!fs::exists(p)) return std::nullopt;
+  json j = json::parse(read_text(p.string(), runner::kRecordFileBound), nullptr, false);
+  if (j.is_discarded()) fail<FileError>("{}: not valid JSON", p.string());
+  if (!j.is_object()) fail<FileError>("{}: expected a JSON object, got a JSON {}", p.string(), j.type_name());
+  for (const char* key : {"experiment", "status"})
+    if (j.contains(key) && !j[key].is_string())
+      fail<FileError>("{}: \"{}\" must be a string, got a JSON {}", p.string(), key, j[key].type_name());
+  if (j.contains("metrics") && !j["metrics"].is_object())
+    fail<FileError>("{}: \"metrics\" must be an object, got a JSON {}", p.string(), j["metrics"].type_name());
   return j;
 }
 
@@ -137,8 +144,21 @@ std::string png_label(const std::string& s) {
 }
 
 // ---------------------------------------------------------------------------- measuring
+// Previous-token and induction scores (analysis/circuits.hpp) of a token model on 16 repeated
+// random sequences as long as the task's inputs allow (2 K <= N), seed 0; not measured (examples
+// 0) for feature inputs or inputs shorter than 4 tokens.
+analysis::CircuitStats circuits(const models::LoadedRun& run, const analysis::Probe& probe) {
+  const runner::TaskData& t = run.task;
+  if (t.vocab_size <= 0 || !probe.axis_tokens) return {};
+  int64_t n = t.seq_len;
+  if (!t.language_model) n = t.val.inputs.dim() == 2 ? t.val.inputs.size(1) : 0;
+  if (n < 4) return {};
+  Generator gen(0);
+  return analysis::measure_circuits(probe, 16, n / 2, t.vocab_size, gen);
+}
+
 // Streams n validation examples through the recorder, importance and relevance.
-Measured measure(const catalog::LoadedRun& run, int64_t n, const AnalyzeOptions& o) {
+Measured measure(const models::LoadedRun& run, int64_t n, const AnalyzeOptions& o) {
   analysis::Probe probe = run_probe(run);
   analysis::AttentionRecorder recorder(probe, stats_config(run, std::min(o.maps, n)));
   // Importance and relevance need the head_mask buffer (and relevance a composed softmax); a
@@ -167,6 +187,7 @@ Measured measure(const catalog::LoadedRun& run, int64_t n, const AnalyzeOptions&
     m.check = relevance->check();
   }
   m.stats = recorder.stats();
+  m.stats.circuits = circuits(run, probe);
   m.roles = analysis::head_roles(m.stats, m.thresholds);
   return m;
 }
@@ -175,7 +196,7 @@ Measured measure(const catalog::LoadedRun& run, int64_t n, const AnalyzeOptions&
 
 // One PNG per kept example, layer and head: DIR/maps/layer<l>/attention_b<b>_h<i>.png, padding
 // left out (neither query nor key). Returns the number written.
-int64_t save_maps(const fs::path& dir, const catalog::LoadedRun& run, const analysis::AttentionStats& stats) {
+int64_t save_maps(const fs::path& dir, const models::LoadedRun& run, const analysis::AttentionStats& stats) {
   int64_t files = 0;
   for (size_t k = 0; k < stats.kept_tokens.size(); ++k) {
     const std::vector<int64_t>& tok = stats.kept_tokens[k];
@@ -230,7 +251,7 @@ std::vector<std::string> save_figures(const fs::path& dir, const Measured& m) {
 int analyze(const AnalyzeOptions& o, std::ostream& out) {
   if (o.examples < 1) fail<ValueError>("--examples must be >= 1, got {}", o.examples);
   if (o.maps < 0) fail<ValueError>("--maps must be >= 0, got {}", o.maps);
-  catalog::LoadedRun run = load_run_checked(o.run_dir);
+  models::LoadedRun run = load_run_checked(o.run_dir);
   const fs::path dir = o.out.empty() ? o.run_dir / "analysis" : o.out;
   const int64_t available = validation_size(run);
   const int64_t n = std::min(o.examples, available);

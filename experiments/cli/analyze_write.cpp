@@ -51,6 +51,10 @@ json head_json(const Measured& m, const analysis::StatsConfig& scfg, size_t l, s
           {"rare", r.is_rare},
           {"retrieval_mass", number(r.retrieval)},
           {"retrieval", r.is_retrieval},
+          {"previous_token_mass", number(r.previous_token)},
+          {"previous_token", r.is_previous_token},
+          {"induction_mass", number(r.induction)},
+          {"induction", r.is_induction},
           {"importance", number(at(m.imp.normalized, l, i))},
           {"importance_raw", number(at(m.imp.raw, l, i))},
           {"relevance", number(at(m.rel.normalized, l, i))},
@@ -62,13 +66,13 @@ json head_json(const Measured& m, const analysis::StatsConfig& scfg, size_t l, s
 
 }  // namespace
 
-json analysis_json(const AnalyzeOptions& o, const catalog::LoadedRun& run, const std::optional<json>& summary,
+json analysis_json(const AnalyzeOptions& o, const models::LoadedRun& run, const std::optional<json>& summary,
                    bool complete, const Measured& m) {
   const analysis::AttentionStats& stats = m.stats;
   const analysis::RoleThresholds& t = m.thresholds;
   json j;
   j["run_dir"] = o.run_dir.string();
-  j["experiment"] = summary ? summary->value("experiment", "") : "";
+  j["experiment"] = run.experiment;  // from meta.json: an unfinished run has no summary.json
   j["task"] = run.task.name;
   j["attention"] = run.config.get_string("model.attention");
   j["step"] = run.step;
@@ -77,13 +81,19 @@ json analysis_json(const AnalyzeOptions& o, const catalog::LoadedRun& run, const
   j["examples"] = stats.examples;
   j["thresholds"] = {{"positional", t.positional},         {"structural_margin", t.structural_margin},
                      {"rare_mass", t.rare_mass},           {"rare_margin", t.rare_margin},
-                     {"retrieval_mass", t.retrieval_mass}, {"retrieval_margin", t.retrieval_margin}};
+                     {"retrieval_mass", t.retrieval_mass}, {"retrieval_margin", t.retrieval_margin},
+                     {"previous_token", t.previous_token}, {"previous_margin", t.previous_margin},
+                     {"induction", t.induction},           {"induction_margin", t.induction_margin}};
   j["baselines"] = {{"structural_fixed_offset", number(analysis::structural_baseline(stats))},
                     {"rare_uniform", number(analysis::rare_uniform_baseline(stats))},
                     {"retrieval_uniform", number(analysis::retrieval_uniform_baseline(stats))},
                     {"structural_queries", stats.structural_queries},
                     {"rare_queries", stats.rare_queries},
-                    {"retrieval_queries", stats.retrieval_queries}};
+                    {"retrieval_queries", stats.retrieval_queries},
+                    {"previous_token_uniform", stats.circuits.examples ? number(stats.circuits.previous_uniform) : json(nullptr)},
+                    {"induction_uniform", stats.circuits.examples ? number(stats.circuits.induction_uniform) : json(nullptr)},
+                    {"repeated_sequences", stats.circuits.examples},
+                    {"repeated_half", stats.circuits.half}};
   j["importance"] = m.imp.unavailable.empty() ? json("computed") : json("unavailable: " + m.imp.unavailable);
   j["relevance"] = m.rel.unavailable.empty() ? json("computed") : json("unavailable: " + m.rel.unavailable);
   if (m.check)
@@ -91,21 +101,24 @@ json analysis_json(const AnalyzeOptions& o, const catalog::LoadedRun& run, const
                             {"branch", m.check->branch}};
   const analysis::StatsConfig scfg = stats_config(run, 0);
   json layers = json::array();
-  int64_t n_positional = 0, n_structural = 0, n_rare = 0, n_retrieval = 0;
+  int64_t n_positional = 0, n_structural = 0, n_rare = 0, n_retrieval = 0, n_previous = 0, n_induction = 0;
   for (size_t l = 0; l < m.roles.size(); ++l) {
     json heads = json::array();
     for (size_t i = 0; i < m.roles[l].size(); ++i) {
       const analysis::HeadRole& r = m.roles[l][i];
       n_positional += r.positional, n_structural += r.is_structural, n_rare += r.is_rare, n_retrieval += r.is_retrieval;
+      n_previous += r.is_previous_token, n_induction += r.is_induction;
       heads.push_back(head_json(m, scfg, l, i));
     }
     layers.push_back({{"layer", l}, {"heads", heads}});
   }
   j["layers"] = layers;
   j["role_counts"] = {
-      {"positional", n_positional}, {"structural", n_structural}, {"rare", n_rare}, {"retrieval", n_retrieval}};
+      {"positional", n_positional}, {"structural", n_structural}, {"rare", n_rare}, {"retrieval", n_retrieval},
+      {"previous_token", n_previous}, {"induction", n_induction}};
   const Best bs = best_of(m.roles, &analysis::HeadRole::structural), br = best_of(m.roles, &analysis::HeadRole::rare_mass),
-             bq = best_of(m.roles, &analysis::HeadRole::retrieval);
+             bq = best_of(m.roles, &analysis::HeadRole::retrieval),
+             bp = best_of(m.roles, &analysis::HeadRole::previous_token), bi = best_of(m.roles, &analysis::HeadRole::induction);
   if (bs.layer >= 0)
     j["best_structural"] = {{"layer", bs.layer}, {"head", bs.head}, {"share", bs.value},
                             {"margin", bs.value - analysis::structural_baseline(stats)}};
@@ -115,6 +128,12 @@ json analysis_json(const AnalyzeOptions& o, const catalog::LoadedRun& run, const
   if (bq.layer >= 0)
     j["best_retrieval"] = {{"layer", bq.layer}, {"head", bq.head}, {"mass", bq.value},
                            {"margin", bq.value - analysis::retrieval_uniform_baseline(stats)}};
+  if (bp.layer >= 0)
+    j["best_previous_token"] = {{"layer", bp.layer}, {"head", bp.head}, {"mass", bp.value},
+                                {"margin", bp.value - stats.circuits.previous_uniform}};
+  if (bi.layer >= 0)
+    j["best_induction"] = {{"layer", bi.layer}, {"head", bi.head}, {"mass", bi.value},
+                           {"margin", bi.value - stats.circuits.induction_uniform}};
   return j;
 }
 
@@ -160,12 +179,16 @@ std::string best_lines(const json& j, const analysis::RoleThresholds& t) {
   mass_line("best_rare", "Rare tokens", "its", "the rarest visible characters", "rare-token", t.rare_mass, t.rare_margin);
   mass_line("best_retrieval", "Retrieval (associative recall)", "the query's", "the answer's position", "retrieval",
             t.retrieval_mass, t.retrieval_margin);
+  mass_line("best_previous_token", "Previous token (repeated random sequence)", "each token's", "the token just before it",
+            "previous-token", t.previous_token, t.previous_margin);
+  mass_line("best_induction", "Induction (repeated random sequence)", "a second-half token's",
+            "the token after its earlier occurrence", "induction", t.induction, t.induction_margin);
   return md;
 }
 
 }  // namespace
 
-std::string roles_markdown(const AnalyzeOptions& o, const catalog::LoadedRun& run, const json& j, const Measured& m) {
+std::string roles_markdown(const AnalyzeOptions& o, const models::LoadedRun& run, const json& j, const Measured& m) {
   std::string md = fmt::format("# Head roles: {}\n\n", o.run_dir.string());
   md += fmt::format("Run: experiment `{}`, task `{}`, attention `{}`, checkpoint step {}{}.\n",
                     j["experiment"].get<std::string>(), run.task.name, j["attention"].get<std::string>(), run.step,
@@ -175,9 +198,11 @@ std::string roles_markdown(const AnalyzeOptions& o, const catalog::LoadedRun& ru
   size_t heads = 0;
   for (const auto& l : m.roles) heads += l.size();
   const json& c = j["role_counts"];
-  md += fmt::format("Roles: {} positional, {} structural, {} rare-token, {} retrieval heads of {}.\n",
+  md += fmt::format("Roles: {} positional, {} structural, {} rare-token, {} retrieval, {} previous-token, {} induction "
+                    "heads of {}.\n",
                     c["positional"].get<int64_t>(), c["structural"].get<int64_t>(), c["rare"].get<int64_t>(),
-                    c["retrieval"].get<int64_t>(), heads);
+                    c["retrieval"].get<int64_t>(), c["previous_token"].get<int64_t>(), c["induction"].get<int64_t>(),
+                    heads);
   md += best_lines(j, m.thresholds);
   md += m.imp.unavailable.empty() ? "Importance: |dL/d head_mask| (Michel et al. 2019), l2-normalised per layer.\n"
                                   : "Importance: not computed: " + m.imp.unavailable + "\n";

@@ -65,6 +65,7 @@ int attnlab::cli::main(int argc, char** argv) {
   app.add_subcommand("version", "print the version")->callback([&program] {
     std::puts(program == "attnlab" ? "attnlab 0.1.0" : (program + " (attnlab 0.1.0)").c_str());
   });
+  cli::refuse_empty_values(app);
 
   try {
     app.parse(argc, argv);

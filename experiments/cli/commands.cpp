@@ -2,6 +2,8 @@
 // command goes through (main.cpp calls exit_status too).
 #include "experiments/cli/commands.hpp"
 
+#include <nlohmann/json.hpp>
+
 #include <charconv>
 #include <iostream>
 #include <new>
@@ -28,6 +30,7 @@ void add_command(CLI::App& app, const Command& command, int& status) {
 int run_command(const Command& command, const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   CLI::App cmd{command.summary, program_name() + " " + command.name};
   const CommandBody body = command.define(cmd);
+  refuse_empty_values(cmd);
   try {
     std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes the arguments last first
     cmd.parse(reversed);
@@ -106,6 +109,15 @@ int exit_status(const CLI::App* app, const std::string& command, const std::vect
                                                            : "a value that should be a number is not one (std::" + what + ")";
     err << prefix << message << " while running `" << invocation << "`\n";
     return 1;
+  } catch (const nlohmann::json::exception& e) {
+    // The library's text ("[json.exception.type_error.306] ...") is not a message for a user; the
+    // readers name the file they parse, and this is the net under them.
+    std::string what = e.what();
+    if (const size_t close = what.find("] "); what.rfind("[json.exception.", 0) == 0 && close != std::string::npos)
+      what = what.substr(close + 2);
+    err << prefix << "a JSON file or value does not have the expected form (" << what << ") while running `"
+        << invocation << "`\n";
+    return 1;
   } catch (const std::exception& e) {
     err << prefix << e.what() << "\n";
     return 1;
@@ -126,6 +138,14 @@ CLI::Validator int_range(int64_t lo, int64_t hi) {
         return "";
       },
       fmt::format("[{}, {}]", lo, hi));
+}
+
+void refuse_empty_values(CLI::App& app) {
+  static const CLI::Validator non_empty(
+      [](std::string& text) -> std::string { return text.empty() ? "must not be empty" : ""; }, "");
+  for (CLI::Option* opt : app.get_options())
+    if (opt->get_type_size() != 0 && opt->get_name() != "--help" && opt->get_name() != "--prompt") opt->check(non_empty);
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) refuse_empty_values(*sub);
 }
 
 void check_range(const std::string& option, int64_t v, int64_t lo, int64_t hi) {

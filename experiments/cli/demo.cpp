@@ -29,6 +29,7 @@
 #include "experiments/runner/sweep.hpp"
 #include "tensor/blas_info.hpp"
 #include "tensor/io.hpp"
+#include "experiments/runner/file_bounds.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -191,8 +192,7 @@ int shoot_out(const DemoArgs& a, std::ostream& out) {
   // A directory holding the demo with another --steps would have its runs renumbered or mixed.
   const std::string text = demo_sweep_text(steps);
   if (fs::exists(dir / "sweep.toml")) {
-    std::ifstream f(dir / "sweep.toml", std::ios::binary);
-    const std::string held((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    const std::string held = read_text((dir / "sweep.toml").string(), runner::kConfigFileBound);
     if (held != text)
       fail<UsageError>("{} holds a demo (or sweep) with other settings than --steps {}: use another --out, or "
                        "delete the directory", dir.string(), steps);

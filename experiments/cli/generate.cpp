@@ -1,10 +1,11 @@
 // `attnlab generate`: samples text from a CausalLM checkpoint (nn/lm_checkpoint.hpp) or from a
 // run of the runner's `lm` experiment (its directory or checkpoint.safetensors:
-// catalog::load_lm_run), with the decoding cache unless --no-cache. A checkpoint written by
+// models::load_lm_run), with the decoding cache unless --no-cache. A checkpoint written by
 // experiments/char_lm carries its tokenizer in the metadata ("tokenizer.bytes": the vocabulary's
 // bytes in hex, id order; "tokenizer.unk": whether id 0 is <unk>), and load_lm_run supplies the
 // same from the run's task, so the prompt and the output are text; without a tokenizer,
 // --prompt-ids and the output are token ids.
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <filesystem>
@@ -13,7 +14,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include "experiments/catalog/models.hpp"
+#include "experiments/models/models.hpp"
 #include "experiments/cli/commands.hpp"
 #include "nn/generation.hpp"
 #include "nn/lm_checkpoint.hpp"
@@ -25,15 +26,21 @@ namespace {
 struct Tokenizer {
   std::vector<unsigned char> bytes;  // id -> byte
   bool unk = false;                  // id 0 is <unk>
-  Tensor encode(const std::string& text) const {
+  // A prompt byte outside the vocabulary is an error, unless the vocabulary has <unk>: then it
+  // reads as <unk>, as the same byte did in training (the corpus's rare bytes), and `unknown`
+  // collects it for the note on stderr.
+  Tensor encode(const std::string& text, std::vector<unsigned char>& unknown) const {
     std::vector<int64_t> ids;
     for (unsigned char ch : text) {
       int64_t id = -1;
       for (size_t i = unk ? 1 : 0; i < bytes.size(); ++i)
         if (bytes[i] == ch) id = static_cast<int64_t>(i);
       if (id < 0) {
-        if (!unk) fail<ValueError>("the prompt has byte 0x{:02x}, which is not in the checkpoint's vocabulary", ch);
+        if (!unk)
+          fail<ValueError>("the prompt has byte 0x{:02x}, which is not in the checkpoint's vocabulary (and the "
+                           "vocabulary has no <unk>)", ch);
         id = 0;
+        if (std::find(unknown.begin(), unknown.end(), ch) == unknown.end()) unknown.push_back(ch);
       }
       ids.push_back(id);
     }
@@ -45,6 +52,23 @@ struct Tokenizer {
     return s;
   }
 };
+
+constexpr int64_t kDefaultTokens = 200;  // --tokens when not given (cut to the room left)
+
+// How the tokens were decoded, for the tokens/s line: "cached" when every attention layer keeps a
+// decoding cache of its own (keys and values, a window or a recurrent state), "recomputed per
+// token (VARIANT has no decoding cache)" when a layer recomputes its causal forward at each
+// step, "uncached" with --no-cache.
+std::string decoding_mode(const nn::CausalLM& model, bool use_cache) {
+  if (!use_cache) return "uncached";
+  nn::LMCache cache = model.make_cache(1);
+  for (size_t i = 0; i < cache.layers.size(); ++i)
+    if (nn::recomputes_per_step(*cache.layers[i]))
+      return fmt::format("recomputed per token: {} has no decoding cache", cache.layers[i]->owner
+                                                                              ? cache.layers[i]->owner->variant_name()
+                                                                              : std::string("a layer"));
+  return "cached";
+}
 
 std::optional<Tokenizer> read_tokenizer(const Metadata& m, const std::string& path, int64_t vocab) {
   auto it = m.find("tokenizer.bytes");
@@ -72,7 +96,7 @@ nn::LoadedLM load_model(const std::string& path) {
   namespace fs = std::filesystem;
   const fs::path p(path);
   const fs::path dir = fs::is_directory(p) ? p : p.parent_path();
-  if (fs::exists(dir / "meta.json") && fs::exists(dir / "config.toml")) return catalog::load_lm_run(p);
+  if (fs::exists(dir / "meta.json") && fs::exists(dir / "config.toml")) return models::load_lm_run(p);
   if (fs::is_directory(p))
     fail<FileError>("{}: a directory, but not a run directory (no meta.json and config.toml)", path);
   return nn::load_causal_lm(path);
@@ -114,14 +138,27 @@ int generate(const GenerateArgs& a, std::ostream& out, std::ostream& err) {
   } else {
     if (!tok) fail<UsageError>("{} has no tokenizer in its metadata: give the prompt as --prompt-ids", path);
     if (a.prompt.empty()) fail<UsageError>("--prompt must not be empty");
-    prompt = tok->encode(a.prompt);
+    std::vector<unsigned char> unknown;
+    prompt = tok->encode(a.prompt, unknown);
+    if (!unknown.empty()) {
+      std::string list;
+      for (unsigned char ch : unknown) list += fmt::format("{}0x{:02x}", list.empty() ? "" : ", ", ch);
+      err << fmt::format("attnlab generate: note: the prompt's bytes {} are not in the vocabulary; they read as "
+                         "<unk> (id 0)\n", list);
+    }
   }
   const int64_t room = max_len - prompt.size(1);
   if (room <= 0) fail<UsageError>("the prompt has {} tokens; the model's max_len is {}", prompt.size(1), max_len);
   nn::GenerateOptions o;
   const bool given = a.tokens_option->count() > 0;
-  if (given) check_range("--tokens", a.tokens, 0, room);
-  o.max_new_tokens = given ? a.tokens : std::min<int64_t>(200, room);
+  if (given && (a.tokens < 0 || a.tokens > room))
+    fail<UsageError>("--tokens: must be in [0, {}] (the context of {} tokens minus the prompt's {}), got {}", room,
+                     max_len, prompt.size(1), a.tokens);
+  o.max_new_tokens = given ? a.tokens : std::min<int64_t>(kDefaultTokens, room);
+  if (!given && room < kDefaultTokens)
+    err << fmt::format("attnlab generate: note: sampling {} tokens, the room the context of {} leaves after the "
+                       "prompt's {} (the default is {})\n",
+                       room, max_len, prompt.size(1), kDefaultTokens);
   if (!(a.temperature >= 0)) fail<UsageError>("--temperature: must be >= 0, got {}", a.temperature);
   o.temperature = a.temperature;
   check_range("--top-k", a.top_k, 0, vocab);
@@ -139,7 +176,7 @@ int generate(const GenerateArgs& a, std::ostream& out, std::ostream& err) {
     out << "\n";
   }
   err << fmt::format("attnlab generate: {} tokens in {:.3f} s ({:.0f} tokens/s, {})\n", o.max_new_tokens, secs,
-                     double(o.max_new_tokens) / std::max(secs, 1e-9), o.use_cache ? "cached" : "uncached");
+                     double(o.max_new_tokens) / std::max(secs, 1e-9), decoding_mode(*lm.model, o.use_cache));
   return 0;
 }
 

@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "experiments/runner/claims.hpp"
+#include "experiments/runner/program_name.hpp"
 #include "experiments/runner/report.hpp"
 #include "experiments/runner/sweep.hpp"
 
@@ -30,21 +31,45 @@ std::pair<int, int> parse_shard(const std::string& text) {
   return {i, n};
 }
 
+struct SweepArgs {
+  runner::SweepOptions options;
+  std::string out, shard;
+  bool emit_slurm = false, dry_run = false;
+  int shards = 4, cpus_per_task = 2;
+};
+
+// `attnlab sweep` once its options are parsed: a dry run, a Slurm script, or the sweep itself.
+void run_sweep_command(const SweepArgs& a, int& status) {
+  const runner::SweepOptions& o = a.options;
+  if (a.dry_run) {
+    runner::dry_run_sweep(o.sweep_file, std::cout, o.dir);
+    status = 0;
+    return;
+  }
+  if (a.emit_slurm) {
+    const auto path = runner::emit_slurm(o, a.shards, a.cpus_per_task);
+    std::cout << "wrote " << path.string() << "\nsubmit it with:  sbatch " << path.string()
+              << "\nthen, when every task has finished:  attnlab report "
+              << (o.dir.empty() ? runner::default_sweep_dir(o.sweep_file) : o.dir).string() << "\n";
+    status = 0;
+    return;
+  }
+  status = runner::run_sweep(o, std::cout);
+}
+
 }  // namespace
 
 void add_sweep_commands(CLI::App& app, int& status) {
-  struct SweepArgs {
-    runner::SweepOptions options;
-    std::string out, shard;
-    bool emit_slurm = false, dry_run = false;
-    int shards = 4, cpus_per_task = 2;
-  };
   auto a = std::make_shared<SweepArgs>();
   CLI::App* sweep = app.add_subcommand(
       "sweep",
       "Run (or resume) every run of a sweep file: grid and zip axes over config keys, seeds as an axis, parallel "
       "workers. Results go to DIR/results.sqlite. Re-running the same command skips complete runs and resumes "
-      "interrupted ones from their checkpoints. Exit status: 0 all complete, 1 a run failed, 3 stopped by a signal.");
+      "interrupted ones from their checkpoints. The file may grow: appended configurations and seeds run as new "
+      "runs, [report] and comments may change; a change that would renumber or alter a run DIR holds is refused. "
+      "Exit status: 0 all complete, 1 a run failed or the sweep file is invalid, 2 a command-line usage error, 3 "
+      "stopped by a signal, 4 the file would renumber or change a run DIR holds (the message names the run and what "
+      "differs).");
   sweep->add_option("SWEEP", a->options.sweep_file, "the sweep file (TOML; format in docs/sweeps.md)")
       ->required()
       ->check(CLI::ExistingFile);
@@ -70,22 +95,15 @@ void add_sweep_commands(CLI::App& app, int& status) {
   sweep->callback([a, &status] {
     runner::SweepOptions& o = a->options;
     if (!a->shard.empty()) std::tie(o.shard, o.shards) = parse_shard(a->shard);  // checked in a dry run too
-    if (a->dry_run) {
-      runner::dry_run_sweep(o.sweep_file, std::cout);
-      status = 0;
-      return;
-    }
     if (!a->out.empty()) o.dir = a->out;
-    if (a->emit_slurm) {
-      const auto path = runner::emit_slurm(o, a->shards, a->cpus_per_task);
-      std::cout << "wrote " << path.string() << "\nsubmit it with:  sbatch " << path.string()
-                << "\nthen, when every task has finished:  attnlab report "
-                << (o.dir.empty() ? runner::default_sweep_dir(o.sweep_file) : o.dir).string() << "\n";
-      status = 0;
-      return;
+    try {
+      run_sweep_command(*a, status);
+    } catch (const runner::SweepConflictError& e) {
+      std::cerr << runner::program_name() << " sweep: " << e.what() << "\n";
+      status = runner::kExitSweepConflict;
     }
-    status = runner::run_sweep(o, std::cout);
   });
+
 
   struct ReportArgs {
     std::vector<std::string> dirs;

@@ -1,15 +1,20 @@
 // `attnlab variants`: the attention registry as a reader sees it. Without arguments, every
-// registered variant with its summary and each option's type, default and doc (from its
-// VariantSchema); with a NAME, that variant only; with `--params SPEC --d-model D`, the layer
-// built from SPEC with every parameter and buffer, its shape and dtype, and totals. Nothing
-// here knows a particular variant: it goes through nn::variants() and make_attention only.
+// registered variant with its summary, what it supports (nn::Capabilities) and each option's
+// type, default and doc (from its VariantSchema); with a NAME, that variant only; with `--params
+// SPEC --d-model D`, the layer built from SPEC with every parameter and buffer, its shape and
+// dtype, and totals; with `--markdown`, the variant table of README.md and docs/attention.md
+// (`--write FILE` replaces the block between FILE's `<!-- variants:begin -->` and
+// `<!-- variants:end -->` lines). Nothing here knows a particular variant: it goes through
+// nn::variants() and make_attention only.
 #include <algorithm>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include "experiments/cli/commands.hpp"
+#include "experiments/runner/marked_block.hpp"
 #include "nn/attention/registry.hpp"
+#include "tensor/io.hpp"
 
 namespace attnlab::cli {
 namespace {
@@ -32,9 +37,24 @@ std::string join(const std::vector<std::string>& items, const char* sep) {
   return s;
 }
 
+// "cross, causal, ..." of the features with `support`; "causal (only)" for a causal-only variant.
+std::string features_with(const nn::Capabilities& c, nn::Support support) {
+  std::vector<std::string> names;
+  for (const auto& [name, s] : c.features())
+    if (s == support) names.push_back(name == "causal" && c.causal_only ? "causal (only)" : name);
+  return join(names, ", ");
+}
+
 void list_variant(const nn::VariantSchema& s, std::ostream& out) {
   out << s.name << "  " << s.summary << "\n";
   if (!s.time_cost.empty()) out << "  cost: time " << s.time_cost << "; memory " << s.memory_cost << "\n";
+  const nn::Capabilities& c = s.capabilities;
+  for (nn::Support support : {nn::Support::yes, nn::Support::no, nn::Support::probe}) {
+    const std::string names = features_with(c, support);
+    const char* label = support == nn::Support::yes ? "supports" : support == nn::Support::no ? "lacks" : "probed";
+    if (!names.empty()) out << "  " << label << ": " << names << "\n";
+  }
+  if (!c.isolates_masked) out << "  masked, future and other documents' inputs take part in its output\n";
   size_t width = 6;
   for (const auto& o : s.options) width = std::max(width, o.name.size());
   for (const auto& o : s.options) {
@@ -45,6 +65,31 @@ void list_variant(const nn::VariantSchema& s, std::ostream& out) {
     out << fmt::format("  {:<{}}  {:<8}  {:<10}  {}\n", o.name, width, type_name(o.type),
                        o.default_value.empty() ? "computed" : o.default_value, doc);
   }
+}
+
+// One table cell: "yes", "-" or "by options"; causal "only" for a causal-only variant.
+std::string cell(nn::Support s, bool only = false) {
+  if (s == nn::Support::yes) return only ? "only" : "yes";
+  return s == nn::Support::no ? "-" : "by options";
+}
+
+// The Markdown table of every registered variant: its summary and capabilities.
+std::string variants_markdown() {
+  std::string md =
+      "| variant | what it is | cross | causal | key mask | query mask | pruning | decoding | packed rows |\n"
+      "|---|---|---|---|---|---|---|---|---|\n";
+  for (const auto& v : nn::variants()) {
+    const nn::VariantSchema& s = v.schema;
+    const nn::Capabilities& c = s.capabilities;
+    // lsh's masks hide keys from attention but not from its hashing
+    const std::string leaky = c.isolates_masked ? "" : " (not isolated)";
+    std::string summary = s.summary;
+    for (size_t at = 0; (at = summary.find('|', at)) != std::string::npos; at += 2) summary.replace(at, 1, "\\|");
+    md += fmt::format("| `{}` | {} | {} | {} | {} | {} | {} | {} | {} |\n", s.name, summary, cell(c.cross),
+                      cell(c.causal, c.causal_only) + leaky, cell(c.key_mask) + leaky, cell(c.query_mask) + leaky,
+                      cell(c.pruning), cell(c.decoding), cell(c.segments) + leaky);
+  }
+  return md;
 }
 
 int list_params(const std::string& spec, int64_t d_model, std::ostream& out) {
@@ -82,6 +127,8 @@ CommandBody define_variants(CLI::App& cmd) {
   struct Args {
     std::string name, params;
     int64_t d_model = 0;
+    bool markdown = false;
+    std::vector<std::string> write;
   };
   auto a = std::make_shared<Args>();
   auto* name = cmd.add_option("NAME", a->name, "list only this variant");
@@ -90,14 +137,37 @@ CommandBody define_variants(CLI::App& cmd) {
                                 "and list its parameters and buffers");
   auto* d_model = cmd.add_option("--d-model", a->d_model, "the layer's width D (with --params)")
                       ->check(int_range(1, int64_t(1) << 40));
+  auto* markdown = cmd.add_flag("--markdown", a->markdown,
+                                "print the variant table of README.md and docs/attention.md (summary and capabilities)");
+  auto* write = cmd.add_option("--write", a->write,
+                               "with --markdown: replace the table between FILE's lines <!-- variants:begin --> and "
+                               "<!-- variants:end --> (repeatable)")
+                    ->type_name("FILE");
   params->needs(d_model)->excludes(name);
   d_model->needs(params);
+  markdown->excludes(name)->excludes(params);
+  write->needs(markdown);
   cmd.footer(
       "Without --params: every registered attention variant (or only NAME) with its options,\n"
-      "their types, defaults and meaning. With --params SPEC --d-model D: the layer SPEC builds\n"
-      "for width D, every parameter and buffer with its shape and dtype, and totals.");
+      "their types, defaults and meaning, and what it supports. With --params SPEC --d-model D: the\n"
+      "layer SPEC builds for width D, every parameter and buffer with its shape and dtype, and\n"
+      "totals. With --markdown: the table of variants and capabilities that README.md and\n"
+      "docs/attention.md hold, printed or (--write FILE) written into FILE's variants block.");
   return [a](std::ostream& out, std::ostream&) {
     if (!a->params.empty()) return list_params(a->params, a->d_model, out);
+    if (a->markdown) {
+      const std::string table = variants_markdown();
+      if (a->write.empty()) out << table;
+      // Every file's block is found before any is written, so a file without markers changes nothing.
+      std::vector<std::string> texts;
+      for (const std::string& f : a->write)
+        texts.push_back(runner::replace_marked_block(read_text(f), "variants", table, f, "the variant table"));
+      for (size_t i = 0; i < a->write.size(); ++i) {
+        write_text_atomic(a->write[i], texts[i]);
+        out << "wrote the variant table into " << a->write[i] << "\n";
+      }
+      return 0;
+    }
     const auto& all = nn::variants();
     if (a->name.empty()) {
       for (size_t i = 0; i < all.size(); ++i) {

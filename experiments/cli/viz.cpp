@@ -25,15 +25,19 @@
 #include "experiments/cli/commands.hpp"
 #include "experiments/cli/heads_commands.hpp"
 #include "experiments/cli/viz_page.hpp"
+#include "experiments/cli/viz_parts.hpp"
 #include "experiments/plot/png.hpp"
 #include "experiments/runner/config.hpp"
 #include "tensor/io.hpp"
+#include "experiments/runner/file_bounds.hpp"
 
 namespace attnlab::cli {
-namespace {
+namespace viz_detail {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+
+namespace {
 
 std::string base64(const std::vector<uint8_t>& bytes) {
   static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -63,12 +67,9 @@ std::string encode_map(const std::vector<double>& p, int64_t N, int64_t offset, 
   return base64(bytes);
 }
 
-// The positions of an example the page shows (padding is neither query nor key) and their labels.
-struct Axis {
-  std::vector<int64_t> keep;
-  json labels = json::array();
-};
-Axis example_axis(const catalog::LoadedRun& run, const analysis::Probe& probe, const data::Batch& one, int64_t N) {
+}  // namespace
+
+Axis example_axis(const models::LoadedRun& run, const analysis::Probe& probe, const data::Batch& one, int64_t N) {
   Tensor tokens = probe.axis_tokens ? probe.axis_tokens(one) : Tensor();  // (1, N)
   const std::vector<int64_t> tok = tokens.defined() ? tokens.to_vector<int64_t>() : std::vector<int64_t>(size_t(N), -2);
   Axis a;
@@ -80,7 +81,6 @@ Axis example_axis(const catalog::LoadedRun& run, const analysis::Probe& probe, c
   return a;
 }
 
-// Every layer and head's map of one example: [layer][head] base64 strings.
 json maps_json(const std::vector<Tensor>& maps, const std::vector<int64_t>& keep) {
   json layers = json::array();
   for (const Tensor& m : maps) {  // (1, h, N, N)
@@ -93,13 +93,13 @@ json maps_json(const std::vector<Tensor>& maps, const std::vector<int64_t>& keep
   return layers;
 }
 
+namespace {
+
 // analysis.json's per-head numbers, when `attnlab analyze` has written it next to the run.
 json head_summary(const fs::path& run_dir) {
-  std::ifstream in(run_dir / "analysis" / "analysis.json");
-  if (!in) return nullptr;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  json a = json::parse(ss.str(), nullptr, false);
+  if (!fs::exists(run_dir / "analysis" / "analysis.json")) return nullptr;
+  json a = json::parse(read_text((run_dir / "analysis" / "analysis.json").string(), runner::kRecordFileBound), nullptr,
+                       false);
   if (a.is_discarded() || !a.contains("layers")) return nullptr;
   json heads = json::array();
   for (const json& l : a["layers"])
@@ -107,26 +107,22 @@ json head_summary(const fs::path& run_dir) {
       heads.push_back({{"layer", h["layer"]}, {"head", h["head"]}, {"role", h["role"]}, {"confidence", h["confidence"]},
                        {"importance", h["importance"]}, {"relevance", h["relevance"]}, {"offset", h["top_offset"]},
                        {"offset_share", h["top_offset_share"]},
-                       {"retrieval_mass", h.value("retrieval_mass", json(nullptr))}});
+                       {"retrieval_mass", h.value("retrieval_mass", json(nullptr))},
+                       {"previous_token_mass", h.value("previous_token_mass", json(nullptr))},
+                       {"induction_mass", h.value("induction_mass", json(nullptr))}});
   return {{"heads", heads}, {"examples", a.value("examples", 0)}, {"importance", a.value("importance", "")},
           {"relevance", a.value("relevance", "")}};
 }
 
-// One run on the page: its model, the maps of every example and what it predicted.
-struct PageRun {
-  fs::path dir;
-  catalog::LoadedRun run;
-  analysis::Probe probe;
-  std::vector<int64_t> heads_per_layer;
-  json maps = json::array();   // [example][layer][head]
-  json notes = json::array();  // per example: what this run predicted
-};
+}  // namespace
 
 PageRun load_page_run(const fs::path& dir) {
   PageRun r{dir, load_run_checked(dir), {}, {}};
   r.probe = run_probe(r.run);
   return r;
 }
+
+namespace {
 
 // Two runs are shown on the same examples (drawn from the first run's validation split), so
 // every task.* key must agree; ValueError naming the first that does not.
@@ -159,10 +155,10 @@ void add_example(std::vector<PageRun>& runs, json& examples, const data::Batch& 
   examples.push_back({{"tokens", axis.labels}, {"note", note}});
 }
 
-// The examples: the first --examples validation windows cut to --max-tokens (language models),
-// else the first validation examples with at most --max-tokens real tokens.
+}  // namespace
+
 json collect_examples(const VizOptions& o, std::vector<PageRun>& runs) {
-  const catalog::LoadedRun& run = runs[0].run;
+  const models::LoadedRun& run = runs[0].run;
   json examples = json::array();
   const int64_t available = validation_size(run);
   if (run.task.language_model) {
@@ -206,7 +202,17 @@ json run_json(const PageRun& r, const std::string& title) {
           {"summary", head_summary(r.dir)}};
 }
 
-// The page: the asset with the data spliced in as JSON.
+json page_data(const json& examples, const std::vector<PageRun>& runs) {
+  json viridis = json::array();
+  for (int k = 0; k <= 8; ++k) {
+    const plot::Rgb c = plot::viridis(k / 8.0);
+    viridis.push_back({c[0], c[1], c[2]});
+  }
+  json page_runs = json::array();
+  for (const PageRun& r : runs) page_runs.push_back(run_json(r, r.dir.string()));
+  return {{"viridis", viridis}, {"examples", examples}, {"runs", page_runs}};
+}
+
 std::string page_of(const json& data) {
   // "</" would end the <script> element early; "<\/" is the same JSON string.
   std::string text = data.dump();
@@ -216,6 +222,12 @@ std::string page_of(const json& data) {
   page.replace(page.find(marker), marker.size(), text);
   return page;
 }
+
+}  // namespace viz_detail
+
+namespace {
+
+using namespace viz_detail;
 
 int viz(const VizOptions& o, std::ostream& out) {
   if (o.examples < 1 || o.examples > 8) fail<ValueError>("--examples must be in [1, 8], got {}", o.examples);
@@ -229,21 +241,15 @@ int viz(const VizOptions& o, std::ostream& out) {
   const fs::path path = o.out.empty() ? o.run_dir / "viz.html" : o.out;
   const json examples = collect_examples(o, runs);
 
-  json viridis = json::array();
-  for (int k = 0; k <= 8; ++k) {
-    const plot::Rgb c = plot::viridis(k / 8.0);
-    viridis.push_back({c[0], c[1], c[2]});
-  }
-  json page_runs = json::array();
-  for (const PageRun& r : runs) page_runs.push_back(run_json(r, r.dir.string()));
-  const std::string page = page_of({{"viridis", viridis}, {"examples", examples}, {"runs", page_runs}});
+  const json data = page_data(examples, runs);
+  const std::string page = page_of(data);
   if (!path.parent_path().empty()) fs::create_directories(path.parent_path());
   write_text_atomic(path.string(), page);
   int64_t heads = 0;
   for (int64_t h : runs[0].heads_per_layer) heads += h;
   out << fmt::format("wrote {} ({} KB): {} examples, {} run(s), {} layers, {} heads{}\n", path.string(), page.size() / 1024,
                      examples.size(), runs.size(), runs[0].heads_per_layer.size(), heads,
-                     page_runs[0]["summary"].is_null() ? " (no analysis.json: run attnlab analyze for the head summary)" : "");
+                     data["runs"][0]["summary"].is_null() ? " (no analysis.json: run attnlab analyze for the head summary)" : "");
   return 0;
 }
 
@@ -264,13 +270,22 @@ void add_viz_command(CLI::App& app, int& status) {
   cmd->add_option("run_dirs", *dirs, "one run directory, or two to show side by side on the same examples")
       ->required()
       ->expected(1, 2);
-  cmd->add_option("--out", o->out, "HTML file (default RUN_DIR/viz.html)");
+  auto* out = cmd->add_option("--out", o->out, "HTML file (default RUN_DIR/viz.html)");
   cmd->add_option("--examples", o->examples, "validation examples on the page (1..8, default 3)")->check(CLI::Range(1, 8));
   cmd->add_option("--max-tokens", o->max_tokens, "longest example shown (2..256, default 64)")->check(CLI::Range(2, 256));
+  auto* serve = cmd->add_flag("--serve", o->serve,
+                               "serve the page on a local HTTP server where you type your own input (one run; "
+                               "SIGINT/SIGTERM stop it)")
+                    ->excludes(out);
+  cmd->add_option("--port", o->port, "with --serve: the TCP port (default 8000; 0 = any free port, printed)")
+      ->check(CLI::Range(0, 65535))
+      ->needs(serve);
+  cmd->add_option("--host", o->host, "with --serve: the address to listen on (default 127.0.0.1, this machine only)")
+      ->needs(serve);
   cmd->callback([o, dirs, &status] {
     o->run_dir = dirs->at(0);
     o->other = dirs->size() > 1 ? dirs->at(1) : fs::path();
-    status = run_viz(*o, std::cout, std::cerr);
+    status = o->serve ? run_viz_serve(*o, std::cout, std::cerr) : run_viz(*o, std::cout, std::cerr);
   });
 }
 

@@ -12,10 +12,12 @@
 
 #include "experiments/runner/csv.hpp"
 #include "experiments/runner/experiment.hpp"
+#include "experiments/runner/marked_block.hpp"
 #include "experiments/runner/report_parts.hpp"
 #include "tensor/error.hpp"
 #include "tensor/io.hpp"
 #include "tensor/option_string.hpp"
+#include "experiments/runner/file_bounds.hpp"
 
 namespace attnlab::runner {
 namespace fs = std::filesystem;
@@ -23,7 +25,6 @@ using namespace report_detail;
 namespace {
 
 constexpr const char* kBegin = "<!-- claims:begin -->";
-constexpr const char* kEnd = "<!-- claims:end -->";
 constexpr const char* kCsvHeader =
     "claim,source,study,primary,observed,ci_low,ci_high,seeds,secondary,control,verdict,why,registration,run_minutes";
 
@@ -113,7 +114,7 @@ JudgedRef judge_calibration(Studies& studies, const StudyClaims& folder, const s
   const fs::path file = studies.results / folder.study / c.file;
   const std::string path = file.string();
   std::optional<double> bpc;
-  const auto records = csv_records(read_text(path), path);
+  const auto records = csv_records(read_text(path, kTableFileBound), path);
   if (records.empty() || records[0].second != std::vector<std::string>{"order", "bpc"})
     fail<ValueError>("{}:1: expected the header order,bpc", path);
   for (size_t r = 1; r < records.size(); ++r) {
@@ -309,7 +310,7 @@ std::vector<ClaimRow> derive_claims(const fs::path& root, bool use_git) {
   std::sort(folders.begin(), folders.end());
   for (const auto& f : folders) {
     const fs::path p = f / "claims.toml";
-    studies.folders.push_back(parse_study_claims(read_text(p.string()), p.string(), f.filename().string()));
+    studies.folders.push_back(parse_study_claims(read_text(p.string(), kTableFileBound), p.string(), f.filename().string()));
   }
   std::vector<ClaimRow> rows;
   for (const auto& folder : studies.folders)
@@ -384,21 +385,7 @@ std::string claims_markdown(const std::vector<ClaimRow>& rows, const std::string
 }
 
 std::string replace_claims_block(const std::string& doc, const std::string& table, const std::string& path) {
-  // The markers count only as whole lines, so text beside a marker is never taken for the block.
-  std::vector<size_t> begins, ends;  // offsets of the marker lines
-  for (size_t pos = 0; pos < doc.size();) {
-    size_t eol = doc.find('\n', pos);
-    if (eol == std::string::npos) eol = doc.size();
-    const std::string line = doc.substr(pos, eol - pos);
-    if (line == kBegin) begins.push_back(pos);
-    if (line == kEnd) ends.push_back(pos);
-    pos = eol + 1;
-  }
-  if (begins.size() != 1 || ends.size() != 1 || ends[0] < begins[0])
-    fail<ValueError>("{}: expected one line '{}' followed by one line '{}' to hold the claims table, found {} and {}",
-                     path, kBegin, kEnd, begins.size(), ends.size());
-  const size_t after_begin = begins[0] + std::string(kBegin).size() + 1;
-  return doc.substr(0, after_begin) + table + doc.substr(ends[0]);
+  return replace_marked_block(doc, "claims", table, path, "the claims table");
 }
 
 bool sync_claims(const fs::path& root, bool check, std::ostream& out) {
@@ -411,7 +398,7 @@ bool sync_claims(const fs::path& root, bool check, std::ostream& out) {
   std::vector<ClaimRow> rows = derive_claims(root, use_git);
   if (!use_git) {
     const std::string why = fs::is_regular_file(csv_path)
-                                ? replace_registration(read_text(csv_path.string()), rows, csv_path.string())
+                                ? replace_registration(read_text(csv_path.string(), kTableFileBound), rows, csv_path.string())
                                 : std::string("no committed claims.csv to keep it from");
     out << "attnlab claims: no git history here (not a checkout, or a shallow one): the registration column is "
         << (why.empty() ? "kept from the committed claims.csv" : "not checked: " + why) << "\n";
@@ -425,7 +412,7 @@ bool sync_claims(const fs::path& root, bool check, std::ostream& out) {
       "registration column says whether git shows the expectations committed before the runs started. Each study's "
       "README has the design and the full table; [claims.csv](claims.csv) has the same rows.\n\n" +
       claims_markdown(rows, "");
-  const std::string readme = read_text(readme_path.string());
+  const std::string readme = read_text(readme_path.string(), kTableFileBound);
   // Every file the table goes into, with its derived text: claims.csv, claims.md, the README's
   // block, and the block of each study README that has the markers (that study's rows).
   std::vector<std::pair<fs::path, std::string>> files = {
@@ -436,7 +423,7 @@ bool sync_claims(const fs::path& root, bool check, std::ostream& out) {
   for (const std::string& study : studies) {
     const fs::path p = root / "docs/results" / study / "README.md";
     if (!fs::is_regular_file(p)) continue;
-    const std::string doc = read_text(p.string());
+    const std::string doc = read_text(p.string(), kTableFileBound);
     if (doc.find(kBegin) == std::string::npos) continue;
     std::vector<ClaimRow> own;
     std::copy_if(rows.begin(), rows.end(), std::back_inserter(own), [&](const ClaimRow& r) { return r.spec.study == study; });
@@ -445,7 +432,7 @@ bool sync_claims(const fs::path& root, bool check, std::ostream& out) {
   bool all_same = true;
   size_t written = 0;
   for (const auto& [p, text] : files) {
-    const bool same = fs::is_regular_file(p) && read_text(p.string()) == text;
+    const bool same = fs::is_regular_file(p) && read_text(p.string(), kTableFileBound) == text;
     all_same = all_same && same;
     if (same) continue;
     if (check) out << p.string() << " is not what the studies' data give (run attnlab claims --write and review the diff)\n";

@@ -2,6 +2,9 @@
 // assignments. TOML is parsed by toml++; every leaf is checked against the schema here so that an
 // error can name the key, the source and the line.
 #include "experiments/runner/config.hpp"
+#include "experiments/runner/config_diff.hpp"
+#include "experiments/runner/file_bounds.hpp"
+#include "tensor/io.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -10,6 +13,7 @@
 #include <functional>
 #include <optional>
 #include <sstream>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 #include <toml++/toml.h>
@@ -105,12 +109,7 @@ std::string read_file(const std::string& path) {
   if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
     fail<FileError>("config: '{}' is {}, not a regular file", path,
                     std::filesystem::is_directory(path, ec) ? "a directory" : "a special file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail<FileError>("config: cannot read '{}'", path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) fail<FileError>("config: error while reading '{}'", path);
-  return ss.str();
+  return read_text(path, kConfigFileBound);
 }
 
 std::string trim(const std::string& s) {
@@ -200,6 +199,25 @@ Schema& Schema::add(const std::string& key, const std::string& def, const std::s
   return add_field(*this, fields_, error_, key, Value(def), help);
 }
 
+Schema& Schema::bound(const std::string& key, int64_t min, int64_t max) {
+  auto it = std::find_if(fields_.begin(), fields_.end(), [&](const Field& f) { return f.key == key; });
+  std::string problem;
+  if (it == fields_.end())
+    problem = fmt::format("Schema: bound of key '{}', which is not in the schema", key);
+  else if (it->type != FieldType::Int)
+    problem = fmt::format("Schema: bound of key '{}', which is a {}, not an int", key, type_name(it->type));
+  else if (min > max || std::get<int64_t>(it->value) < min || std::get<int64_t>(it->value) > max)
+    problem = fmt::format("Schema: key '{}': the range [{}, {}] is empty or leaves out the default {}", key, min, max,
+                          std::get<int64_t>(it->value));
+  if (problem.empty()) {
+    it->min = min;
+    it->max = max;
+  } else if (error_.empty()) {
+    error_ = std::move(problem);
+  }
+  return *this;
+}
+
 const Field* Schema::find(const std::string& key) const {
   for (const Field& f : fields_)
     if (f.key == key) return &f;
@@ -227,6 +245,12 @@ void Config::set_value(const std::string& key, const Value& value, const std::st
     fail<ConfigError>("{}: key '{}' expects {}, got {}", source, key, type_name(it->type), describe(v));
   if (it->type == FieldType::Float && std::isnan(std::get<double>(v)))
     fail<ConfigError>("{}: key '{}' expects a number, got nan", source, key);
+  if (it->type == FieldType::Int) {
+    const int64_t n = std::get<int64_t>(v);
+    if (n < it->min || n > it->max)
+      fail<ConfigError>("{}: {} = {} is out of its range [{}, {}] (docs/experiments.md, \"Bounded counts\")", source, key,
+                        n, it->min, it->max);
+  }
   values_[i] = std::move(v);
   origins_[i] = source;
 }
@@ -368,6 +392,36 @@ bool Config::operator==(const Config& other) const {
   for (size_t i = 0; i < a.size(); ++i)
     if (a[i].key != b[i].key || values_[i] != other.values_[i]) return false;
   return true;
+}
+
+namespace {
+
+// `text` with what the help says it means, when the help writes "TEXT = meaning" (up to the
+// next ',', ';' or '('): "0" with "sequence length, 0 = the task's default (...)" gives
+// "0 = the task's default".
+std::string with_meaning(const std::string& text, const std::string& help) {
+  const std::string marker = text + " = ";
+  for (size_t at = help.find(marker); at != std::string::npos; at = help.find(marker, at + 1)) {
+    if (at > 0 && std::string_view(" ,;(").find(help[at - 1]) == std::string_view::npos) continue;
+    const size_t start = at + marker.size(), end = help.find_first_of(",;(", start);
+    std::string meaning = help.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    while (!meaning.empty() && meaning.back() == ' ') meaning.pop_back();
+    if (!meaning.empty()) return text + " = " + meaning;
+  }
+  return text;
+}
+
+}  // namespace
+
+std::string config_differences(const Config& old, const Config& now, const std::string& old_name,
+                               const std::string& now_name) {
+  std::string out;
+  for (const Field& f : now.schema().fields())
+    if (old.get(f.key) != now.get(f.key))
+      out += fmt::format("{}'{}' ({}: {}, {}: {})", out.empty() ? "" : ", ", f.key, old_name,
+                         with_meaning(to_toml_value(old.get(f.key)), f.help), now_name,
+                         with_meaning(to_toml_value(now.get(f.key)), f.help));
+  return out;
 }
 
 }  // namespace attnlab::runner

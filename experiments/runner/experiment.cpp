@@ -12,6 +12,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <fstream>
 #include <sstream>
@@ -20,15 +21,19 @@
 #include <nlohmann/json.hpp>
 
 #include "dist/distributed.hpp"
+#include "experiments/runner/config_diff.hpp"
 #include "experiments/runner/dir_lock.hpp"
 #include "experiments/runner/program_name.hpp"
 #include "experiments/runner/task.hpp"
+#include "experiments/runner/stop_scope.hpp"
 #include "experiments/runner/trainer.hpp"
 #include "nn/lm_checkpoint.hpp"
 #include "tensor/bf16_info.hpp"
 #include "tensor/blas_info.hpp"
 #include "tensor/option_string.hpp"
 #include "tensor/parallel.hpp"
+#include "experiments/runner/file_bounds.hpp"
+#include "tensor/io.hpp"
 
 namespace fs = std::filesystem;
 using json = nlohmann::ordered_json;
@@ -82,19 +87,28 @@ CheckpointFile read_checkpoint_file(const fs::path& ckpt) {
   Metadata meta;
   CheckpointFile c;
   c.tensors = load_safetensors(ckpt.string(), &meta);
-  c.step = parse_field<int64_t>(ckpt, meta, "step");
+  c.step = checkpoint_step(ckpt, meta, c.tensors);
   c.time = parse_field<double>(ckpt, meta, "time");
   c.peak_rss_mb = parse_field<double>(ckpt, meta, "peak_rss_mb");
   c.generator_seed = parse_field<uint64_t>(ckpt, meta, "generator_seed");
   c.generator_offset = parse_field<uint64_t>(ckpt, meta, "generator_offset");
-  for (const char* key : {kStepTensor, "trainer.step"})
-    if (auto s = step_tensor(ckpt, c.tensors, key); s && *s != c.step)
-      fail<FileError>("{}: the checkpoint's steps disagree: metadata 'step' = {}, tensor '{}' = {}; the file is "
-                      "damaged or edited (delete it to restart the run)",
-                      ckpt.string(), c.step, key, *s);
   c.tensors.erase(kStepTensor);
   return c;
 }
+
+}  // namespace
+
+int64_t checkpoint_step(const fs::path& ckpt, const Metadata& meta, const TensorMap& tensors) {
+  const int64_t step = parse_field<int64_t>(ckpt, meta, "step");
+  for (const char* key : {kStepTensor, "trainer.step"})
+    if (auto s = step_tensor(ckpt, tensors, key); s && *s != step)
+      fail<FileError>("{}: the checkpoint's steps disagree: metadata 'step' = {}, tensor '{}' = {}; the file is "
+                      "damaged or edited (delete it to restart the run)",
+                      ckpt.string(), step, key, *s);
+  return step;
+}
+
+namespace {
 
 // ---- the registry ----
 
@@ -122,8 +136,13 @@ bool refuse(const std::string& name, std::string message) {
 // ---- signals ----
 
 std::atomic<bool> g_signal{false};
+std::atomic<int> g_signal_count{0};  // signals of this run so far (stop_point compares)
+int g_stop_baseline = 0;             // StopPointScope: signals before the scope do not count
 
-void on_signal(int) { g_signal.store(true); }
+void on_signal(int) {
+  g_signal.store(true);
+  g_signal_count.fetch_add(1);
+}
 
 // ---- small helpers ----
 
@@ -226,8 +245,10 @@ bool register_experiment(Experiment e) {
     // `seed` goes first, so config.toml opens with it.
     Schema s;
     s.add("seed", int64_t(0), "random seed: model initialisation, dropout, batch order");
-    for (const Field& f : e.schema.fields())
+    for (const Field& f : e.schema.fields()) {
       std::visit([&](const auto& v) { s.add(f.key, v, f.help); }, f.value);
+      if (f.bounded()) s.bound(f.key, f.min, f.max);
+    }
     e.schema = std::move(s);
   }
   std::string name = e.name;
@@ -294,11 +315,13 @@ void check_checkpoint_blocks(const Config& config, const fs::path& ckpt) {
 // ---- RunContext ----
 
 RunContext::RunContext(Config config, fs::path dir, Options options)
-    : config_(std::move(config)), dir_(std::move(dir)), options_(options), generator_(0), writer_(dist::is_root()) {
+    : config_(std::move(config)), dir_(std::move(dir)), options_(options), generator_(0),
+      writer_(dist::is_root() && !options.dry_run) {
   generator_ = Generator(uint64_t(config_.get_int("seed")));
   start_ = now_seconds();
-  if (!writer_) return;  // the Trainer brings rank 0's state
-  fs::create_directories(dir_);
+  if (!dist::is_root()) return;  // the Trainer brings rank 0's state
+  if (options_.dry_run && !options_.dry_run_resumes) return;
+  if (writer_) fs::create_directories(dir_);
   int64_t keep_up_to = -1;  // metrics lines to keep: steps <= this
   const fs::path ckpt = dir_ / "checkpoint.safetensors";
   if (fs::exists(ckpt)) {
@@ -313,12 +336,20 @@ RunContext::RunContext(Config config, fs::path dir, Options options)
   // Lines past the checkpoint (or every line, for a run that never saved one) belong to steps
   // that will be replayed: drop them so no step is recorded twice.
   const fs::path metrics_path = dir_ / "metrics.jsonl";
-  if (fs::exists(metrics_path)) {
-    std::istringstream in(read_text(metrics_path));
+  if (writer_ && fs::exists(metrics_path)) {
+    const std::string text = read_text(metrics_path.string(), kMetricsFileBound);
+    std::istringstream in(text);
     std::string line, kept;
-    while (std::getline(in, line)) {
+    for (int64_t number = 1; std::getline(in, line); ++number) {
       json j = json::parse(line, nullptr, false);
-      if (j.is_discarded() || !j.contains("step") || !j["step"].is_number_integer()) continue;  // torn last line
+      if (j.is_discarded() || !j.is_object() || !j.contains("step") || !j["step"].is_number_integer()) {
+        // A torn last line is what a killed process leaves; any other such line was edited in.
+        const bool torn = in.eof() && !text.ends_with('\n');
+        emit(fmt::format("{}: line {} is {} and is dropped: {}", metrics_path.string(), number,
+                         torn ? "a torn last line (the process stopped while writing it)" : "not a metrics line",
+                         line.size() > 80 ? line.substr(0, 77) + "..." : line));
+        continue;
+      }
       if (j["step"].get<int64_t>() <= keep_up_to) kept += line + "\n";
     }
     write_text_atomic(metrics_path.string(), kept);
@@ -415,6 +446,13 @@ std::optional<std::pair<int64_t, TensorMap>> RunContext::load_checkpoint() const
 }
 
 bool RunContext::should_stop() const { return stop_requested_ || g_signal.load(); }
+
+void stop_point() {
+  if (g_signal_count.load() > g_stop_baseline && dist::world_size() == 1) throw RunStopped();
+}
+
+StopPointScope::StopPointScope() : saved_(g_stop_baseline) { g_stop_baseline = g_signal_count.load(); }
+StopPointScope::~StopPointScope() { g_stop_baseline = saved_; }
 void RunContext::request_stop() { stop_requested_ = true; }
 
 const TaskData& RunContext::data() {
@@ -427,6 +465,7 @@ const TaskData& RunContext::data() {
 }
 
 fs::path RunContext::artifact_path(const std::string& name) const {
+  if (options_.dry_run) fail<ValueError>("RunContext::artifact_path('{}'): a dry run writes no artifact", name);
   // Ranks other than 0 write their copies into a scratch folder of their own.
   const fs::path root = writer_ ? dir_ : fs::temp_directory_path() / fmt::format("attnlab-rank{}-{}", dist::rank(), getpid());
   fs::path p = root / "artifacts" / name;
@@ -449,9 +488,9 @@ void RunContext::write_summary(const std::string& experiment) {
 }
 
 std::string failure_message(const fs::path& run_dir) {
-  std::ifstream in(run_dir / "failure.json");
-  if (!in) return "";
-  json j = json::parse(in, nullptr, false);
+  const fs::path p = run_dir / "failure.json";
+  if (!fs::exists(p)) return "";
+  json j = json::parse(read_text(p.string(), kRecordFileBound), nullptr, false);
   if (j.is_discarded() || !j.is_object() || !j.contains("error") || !j["error"].is_string()) return "";
   return j["error"].get<std::string>();
 }
@@ -483,7 +522,7 @@ MetaSession append_meta_session(const std::string& text, const std::string& path
                                out.warning.empty() ? "" : "\n" + run_prefix(), world_size, last_world);
   j["resumed_at"].push_back(now);
   j["segments"].push_back({{"start", now}, {"threads", threads}, {"world_size", world_size}});
-  out.text = j.dump(2) + "\n";
+  out.text = j.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
   return out;
 }
 
@@ -502,7 +541,7 @@ std::string write_meta(const fs::path& dir, const RunRequest& r, const Config& c
   std::string warning;
   json j;
   if (fs::exists(path)) {
-    MetaSession m = append_meta_session(read_text(path), path.string(), now, num_threads(), dist::world_size());
+    MetaSession m = append_meta_session(read_text(path.string(), kRecordFileBound), path.string(), now, num_threads(), dist::world_size());
     write_text_atomic(path.string(), m.text);
     return m.warning;
   } else {
@@ -531,24 +570,18 @@ std::string write_meta(const fs::path& dir, const RunRequest& r, const Config& c
     j["resumed_at"] = json::array();
     j["segments"] = json::array({{{"start", now}, {"threads", num_threads()}, {"world_size", dist::world_size()}}});
   }
-  write_text_atomic(path.string(), j.dump(2) + "\n");
+  // The command line may hold bytes that are not UTF-8 (an argument of another encoding): JSON
+  // text cannot, so they are written as U+FFFD rather than failing the run.
+  write_text_atomic(path.string(), j.dump(2, ' ', false, json::error_handler_t::replace) + "\n");
   return warning;
-}
-
-// Every key whose value differs, as "'key' (run directory: a, now: b)" joined by ", "; "" when equal.
-std::string differences(const Config& old, const Config& now) {
-  std::string out;
-  for (const Field& f : now.schema().fields())
-    if (old.get(f.key) != now.get(f.key))
-      out += fmt::format("{}'{}' (run directory: {}, now: {})", out.empty() ? "" : ", ", f.key,
-                         to_toml_value(old.get(f.key)), to_toml_value(now.get(f.key)));
-  return out;
 }
 
 struct SignalGuard {
   struct sigaction old_int{}, old_term{};
   SignalGuard() {
     g_signal.store(false);
+    g_signal_count.store(0);
+    g_stop_baseline = 0;
     struct sigaction sa{};
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
@@ -619,7 +652,7 @@ DirState examine_run_dir(const fs::path& dir, const Experiment& e, const Config&
   } catch (const ConfigError& ex) {
     return {DirState::kOtherConfig, ex.what()};
   }
-  std::string diff = differences(old, config);
+  std::string diff = config_differences(old, config, "run directory", "now");
   if (!diff.empty()) return {DirState::kOtherConfig, diff};
   return {complete ? DirState::kComplete : DirState::kResume, ""};
 }
@@ -656,9 +689,8 @@ std::optional<Config> validated_config(const RunRequest& r, const Experiment*& e
   try {
     e = &find_experiment(r.experiment);
     Config config = resolve_config(*e, r.preset, r.config_file, r.sets);
-    if (e->check) e->check(config);
-    if (config.schema().find("train.accumulate") && config.schema().find("train.batch_size"))
-      check_batch_split(config, dist::world_size());
+    check_config(*e, config, dist::world_size());
+    check_run_dir_path(r.run_dir);
     return config;
   } catch (const Error& ex) {
     console << run_prefix() << ex.what() << "\n";
@@ -667,6 +699,34 @@ std::optional<Config> validated_config(const RunRequest& r, const Experiment*& e
 }
 
 }  // namespace
+
+void check_config(const Experiment& e, const Config& config, int world_size) {
+  if (e.check) e.check(config);
+  if (config.schema().find("train.accumulate") && config.schema().find("train.batch_size"))
+    check_batch_split(config, world_size);
+}
+
+void check_run_dir_path(const fs::path& dir) {
+  const std::string text = dir.string();
+  if (text.empty()) fail<ConfigError>("--run-dir: the path is empty; give a directory (or leave --run-dir out)");
+  if (!is_utf8(text))
+    fail<ConfigError>("--run-dir: '{}' is not valid UTF-8; a run directory's path is recorded in meta.json (JSON text), "
+                      "so it must be UTF-8",
+                      printable(text));
+  // The nearest existing ancestor decides whether create_directories can succeed.
+  std::error_code ec;
+  fs::path p = fs::absolute(dir, ec);
+  while (!p.empty() && !fs::exists(p, ec)) {
+    if (p == p.parent_path()) break;
+    p = p.parent_path();
+  }
+  if (!fs::exists(p, ec)) return;
+  if (!fs::is_directory(p, ec))
+    fail<ConfigError>("--run-dir: '{}' cannot be created: '{}' exists and is not a directory", text, p.string());
+  if (p != fs::absolute(dir, ec) && access(p.c_str(), W_OK | X_OK) != 0)
+    fail<ConfigError>("--run-dir: '{}' cannot be created: the directory '{}' is not writable ({})", text, p.string(),
+                      std::strerror(errno));
+}
 
 int dry_run_experiment(const RunRequest& r, std::ostream& out, std::ostream& console) {
   const Experiment* e = nullptr;
@@ -695,6 +755,20 @@ int dry_run_experiment(const RunRequest& r, std::ostream& out, std::ostream& con
     console << run_prefix() << "config valid, but " << refusal(dir, state) << "\n";
     return kExitUsage;
   }
+  if (state.kind != DirState::kComplete || aside) {
+    // The run itself up to its first step, writing nothing: its checks are the dry run's.
+    try {
+      RunContext ctx(*config, dir,
+                     {.console = nullptr, .dry_run = true, .dry_run_resumes = state.kind == DirState::kResume && !aside});
+      manual_seed(uint64_t(config->get_int("seed")));
+      e->run(*config, ctx);
+    } catch (const RunStopped&) {
+    } catch (const std::exception& ex) {
+      console << run_prefix() << "config valid, but the run would fail before its first step: " << e->name
+              << " failed: " << ex.what() << "\n";
+      return kExitUsage;
+    }
+  }
   console << run_prefix() << "config valid (dry run: nothing created); " << plan << "\n";
   return kExitComplete;
 }
@@ -709,6 +783,7 @@ int prepare_run_dir(const RunRequest& r, const Config& config, const Experiment&
                     std::ostream& console) {
   const fs::path& dir = r.run_dir;
   try {
+    check_run_dir_path(dir);
     // Locked before anything is read, so a second process never sees a half-written run. A
     // directory that is not a run directory is left untouched (and refused below).
     if (!fs::exists(dir) || fs::exists(dir / "config.toml") || only_sweep_files(dir)) {
@@ -783,7 +858,12 @@ int run_experiment(const RunRequest& r, std::ostream& console_in, bool tty) {
                 r.preset.empty() ? "" : " --preset " + r.preset, num_threads(),
                 dist::world_size() > 1 ? fmt::format(" on each of {} ranks", dist::world_size()) : "");
     if (const std::string hint = blas_kernel_hint(); !hint.empty()) ctx->log(hint);
-    e->run(*config, *ctx);
+    try {
+      e->run(*config, *ctx);
+    } catch (const RunStopped&) {
+      // A signal during an evaluation after the last step: the final checkpoint is saved.
+      ctx->request_stop();
+    }
     if (ctx->should_stop()) {
       ctx->logf("stopped at step {}: checkpoint saved; run the same command again to continue", ctx->last_step());
       return kExitStopped;

@@ -7,13 +7,14 @@
 #include "experiments/runner/csv.hpp"
 #include "tensor/error.hpp"
 #include "tensor/io.hpp"
+#include "experiments/runner/file_bounds.hpp"
 
 namespace attnlab::runner {
 
 MeasuredTable read_measured_table(const std::string& path) {
   MeasuredTable t;
   t.path = path;
-  const auto records = csv_records(read_text(path), path);
+  const auto records = csv_records(read_text(path, kTableFileBound), path);
   if (records.empty()) fail<ValueError>("{}: empty (expected a header: the key column, then number columns)", path);
   const auto& header = records[0].second;
   if (header.size() < 2)

@@ -9,6 +9,7 @@
 #include "experiments/runner/store.hpp"
 #include "tensor/io.hpp"
 #include "tensor/option_string.hpp"
+#include "experiments/runner/file_bounds.hpp"
 
 namespace attnlab::runner::report_detail {
 namespace fs = std::filesystem;
@@ -84,7 +85,7 @@ std::string sweep_intro(const SweepSpec& spec, size_t planned, size_t complete, 
 
 // The experiment a run directory's summary names, "" when it names none (or not as a string).
 std::string experiment_of(const fs::path& dir) {
-  const json s = json::parse(read_text((dir / "summary.json").string()), nullptr, false);
+  const json s = json::parse(read_text((dir / "summary.json").string(), kRecordFileBound), nullptr, false);
   return s.is_object() && s.contains("experiment") && s["experiment"].is_string() ? s["experiment"].get<std::string>()
                                                                                   : "";
 }
@@ -112,13 +113,13 @@ std::string csv_text(const json& v) { return v.is_string() ? v.get<std::string>(
 
 ReportInput read_results_csv(const fs::path& sweep_copy, const fs::path& results_csv, const fs::path& root) {
   ReportInput in;
-  in.sweep = parse_sweep(read_text(sweep_copy.string()), sweep_copy.string());
+  in.sweep = parse_sweep(read_text(sweep_copy.string(), kConfigFileBound), sweep_copy.string());
   in.spec = in.sweep->report;
   const std::vector<std::string> axes = axis_keys(*in.sweep);
   in.group_keys.assign(axes.begin(), axes.end() - 1);
-  const std::vector<Point> points = expand_sweep(*in.sweep);
+  const std::vector<Point> points = numbered_points(*in.sweep, sweep_copy);
   const std::string path = results_csv.string();
-  const auto records = csv_records(read_text(path), path);
+  const auto records = csv_records(read_text(path, kTableFileBound), path);
   if (records.empty()) fail<ValueError>("{}: empty (expected the header id,status,{})", path, fmt::join(axes, ","));
   const std::vector<std::string>& header = records[0].second;
   if (header.size() < 2 + axes.size() || header[0] != "id" || header[1] != "status" ||
@@ -164,7 +165,7 @@ ReportInput read_sweep(const fs::path& dir, std::ostream& out) {
   const fs::path sweep_copy = dir / "sweep.toml";
   if (!fs::exists(sweep_copy)) fail<FileError>("{}: not a sweep directory (no sweep.toml)", dir.string());
   ReportInput in;
-  in.sweep = parse_sweep(read_text(sweep_copy), sweep_copy.string());
+  in.sweep = parse_sweep(read_text(sweep_copy, kConfigFileBound), sweep_copy.string());
   in.spec = in.sweep->report;
   const std::vector<std::string> axes = axis_keys(*in.sweep);
   in.group_keys.assign(axes.begin(), axes.end() - 1);  // all but "seed"

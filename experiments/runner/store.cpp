@@ -15,6 +15,7 @@
 #include "experiments/runner/csv.hpp"
 #include "tensor/error.hpp"
 #include "tensor/io.hpp"
+#include "experiments/runner/file_bounds.hpp"
 
 namespace attnlab::runner {
 namespace fs = std::filesystem;
@@ -22,9 +23,9 @@ using nlohmann::json;
 namespace {
 
 // A file a complete run directory must hold.
-std::string read_run_file(const fs::path& p) {
+std::string read_run_file(const fs::path& p, int64_t max_bytes) {
   if (!fs::exists(p)) fail<FileError>("{}: cannot read (the run directory is incomplete)", p.string());
-  return read_text(p.string());
+  return read_text(p.string(), max_bytes);
 }
 
 json parse_json(const std::string& text, const fs::path& p) {
@@ -51,7 +52,7 @@ void flatten_toml(const toml::table& t, const std::string& prefix, std::vector<s
 std::string config_json(const fs::path& p) {
   toml::table t;
   try {
-    t = toml::parse(read_run_file(p), p.string());
+    t = toml::parse(read_run_file(p, kConfigFileBound), p.string());
   } catch (const toml::parse_error& e) {
     fail<FileError>("{}:{}: {}", p.string(), e.source().begin.line, e.description());
   }
@@ -119,7 +120,7 @@ class Stmt {
 std::string run_start_time(const fs::path& dir) {
   const fs::path p = dir / "meta.json";
   if (!fs::is_regular_file(p)) return "";
-  const json meta = json::parse(read_text(p.string()), nullptr, false);
+  const json meta = json::parse(read_text(p.string(), kRecordFileBound), nullptr, false);
   return meta.is_object() && meta.contains("start_time") && meta["start_time"].is_string()
              ? meta["start_time"].get<std::string>()
              : "";
@@ -129,7 +130,7 @@ RunRecord read_run_dir(int64_t id, const fs::path& dir) {
   RunRecord r;
   r.id = id;
   const fs::path summary_path = dir / "summary.json";
-  const json summary = parse_json(read_run_file(summary_path), summary_path);
+  const json summary = parse_json(read_run_file(summary_path, kRecordFileBound), summary_path);
   try {
     r.status = summary.at("status").get<std::string>();
     r.steps = summary.value("steps", int64_t(0));
@@ -145,11 +146,11 @@ RunRecord read_run_dir(int64_t id, const fs::path& dir) {
   }
   r.finished_at = iso_utc(fs::last_write_time(summary_path));
   const fs::path point_path = dir / "point.json";  // a sweep's runs only: ad-hoc runs have no axes
-  r.point_json = fs::exists(point_path) ? parse_json(read_run_file(point_path), point_path).dump() : "{}";
+  r.point_json = fs::exists(point_path) ? parse_json(read_run_file(point_path, kRecordFileBound), point_path).dump() : "{}";
   r.config_json = config_json(dir / "config.toml");
   const fs::path curves_path = dir / "metrics.jsonl";
   if (fs::exists(curves_path)) {
-    std::istringstream lines(read_run_file(curves_path));
+    std::istringstream lines(read_run_file(curves_path, kMetricsFileBound));
     std::string line;
     int n = 0;
     while (std::getline(lines, line)) {

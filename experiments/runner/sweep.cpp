@@ -2,6 +2,8 @@
 // run's config against the experiment registry, and running the child processes, is
 // sweep_run.cpp, so that `attnlab report` reads sweep files without the registry.
 #include "experiments/runner/sweep.hpp"
+#include "experiments/runner/file_bounds.hpp"
+#include "tensor/io.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -312,11 +314,7 @@ SweepSpec parse_sweep(const std::string& text, const std::string& path) {
 }
 
 SweepSpec load_sweep(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) fail<FileError>("{}: cannot read the sweep file", path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return parse_sweep(ss.str(), path);
+  return parse_sweep(read_text(path, kConfigFileBound), path);
 }
 
 std::vector<std::string> axis_keys(const SweepSpec& spec) {

@@ -26,12 +26,14 @@
 #include <sstream>
 #include <thread>
 
+#include "experiments/runner/config_diff.hpp"
 #include "experiments/runner/dir_lock.hpp"
 #include "experiments/runner/experiment.hpp"
 #include "experiments/runner/store.hpp"
 #include "nn/attention/registry.hpp"
 #include "experiments/runner/sweep.hpp"
 #include "tensor/io.hpp"
+#include "experiments/runner/file_bounds.hpp"
 
 namespace attnlab::runner {
 namespace fs = std::filesystem;
@@ -88,12 +90,7 @@ int available_cores() {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
-std::string read_file(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+std::string read_file(const fs::path& p) { return read_text(p.string(), kConfigFileBound); }
 
 // Starts `exe args...` in `run_dir` with stdout and stderr appended to run_dir/stdout.txt.
 // Everything the child needs is built before fork(): between fork and exec only async-signal-safe
@@ -180,49 +177,167 @@ Config resolve_run_config(const SweepSpec& spec, const Point& point) {
 
 void validate_sweep(const SweepSpec& spec, const std::vector<Point>& points) {
   const Experiment& experiment = find_experiment(spec.experiment);
-  std::set<std::pair<std::string, int64_t>> built;  // (spec, d_model) pairs already checked
-  std::set<std::string> checked;                     // configs (seed 0) already checked
+  std::map<std::pair<std::string, int64_t>, std::string> built;  // (spec, d_model) -> the layer's full spec
+  std::set<std::string> checked;                                 // configs (seed 0) already checked
+  std::map<std::string, size_t> runs;  // each run's config, equal as values -> its first index
   for (size_t i = 0; i < points.size(); ++i) {
     const Config c = resolve_run_config(spec, points[i]);
+    Config same = c;  // the config as values: a spec in its canonical (pinned) form
     if (c.schema().find("model.attention") && c.schema().find("model.d_model")) {
       const std::string attention = c.get_string("model.attention");
       const int64_t d_model = c.get_int("model.d_model");
-      if (built.insert({attention, d_model}).second) {
+      auto it = built.find({attention, d_model});
+      if (it == built.end()) {
         try {
-          nn::make_attention(attention, d_model);
+          it = built.emplace(std::pair{attention, d_model}, nn::make_attention(attention, d_model)->spec()).first;
         } catch (const Error& e) {
           fail<SweepError>("{}: run {} ({}): model.attention '{}' with model.d_model {} does not build: {}", spec.path,
                            i, point_label(points[i]), attention, d_model, e.what());
         }
       }
+      same.set_value("model.attention", it->second, "validate_sweep");
     }
-    // What `attnlab run` checks before it creates a run directory (Experiment::check), once per
-    // config with the seed aside (a check does not read it).
-    if (!experiment.check) continue;
+    // Values equal as values (lr 1 and 1.0, a spec with other spacing or option order, a zip pair
+    // given twice) would run the same configuration twice under two names.
+    if (auto [first, fresh] = runs.emplace(same.to_json(), i); !fresh)
+      fail<SweepError>("{}: run {} ({}) and run {} ({}) are the same configuration: their values are equal as values "
+                       "(numbers compare as numbers, attention specs as the layers they build); remove one",
+                       spec.path, first->second, point_label(points[first->second]), i, point_label(points[i]));
+    // What `attnlab run` checks before it creates a run directory (check_config: the experiment's
+    // check and the micro-batch split of one process), once per config with the seed aside (a
+    // check does not read it).
     Config unseeded = c;
     unseeded.set_value("seed", int64_t(0), "validate_sweep");
     if (!checked.insert(unseeded.to_json()).second) continue;
     try {
-      experiment.check(c);
+      check_config(experiment, c, 1);
     } catch (const Error& e) {
       fail<SweepError>("{}: run {} ({}): {}", spec.path, i, point_label(points[i]), e.what());
     }
   }
 }
 
-void dry_run_sweep(const std::string& sweep_file, std::ostream& out) {
+namespace {
+
+// COPY_STEM.runs.jsonl beside a sweep copy: DIR/sweep.runs.jsonl for a sweep directory.
+fs::path run_list_path(const fs::path& copy) { return copy.parent_path() / (copy.stem().string() + ".runs.jsonl"); }
+
+// The points (as point_to_json text) of the runs a copy numbers, in run order: its run list, or
+// the expansion of the copy when it has none.
+std::vector<std::string> numbered_texts(const SweepSpec& copy_spec, const fs::path& copy) {
+  std::vector<std::string> texts;
+  const fs::path list = run_list_path(copy);
+  if (fs::exists(list)) {
+    std::istringstream in(read_file(list));
+    for (std::string line; std::getline(in, line);)
+      if (!line.empty()) texts.push_back(line);
+  } else {
+    for (const Point& p : expand_sweep(copy_spec)) texts.push_back(point_to_json(p));
+  }
+  return texts;
+}
+
+}  // namespace
+
+std::vector<Point> numbered_points(const SweepSpec& spec, const fs::path& copy) {
+  const std::vector<Point> points = expand_sweep(spec);
+  const fs::path list = run_list_path(copy);
+  if (!fs::exists(list)) return points;
+  std::map<std::string, const Point*> by_text;
+  for (const Point& p : points) by_text.emplace(point_to_json(p), &p);
+  std::vector<Point> out;
+  for (const std::string& text : numbered_texts(spec, copy)) {
+    auto it = by_text.find(text);
+    if (it == by_text.end())
+      fail<ValueError>("{}: run {} is {}, which {} does not name", list.string(), out.size(), text, copy.string());
+    out.push_back(*it->second);
+  }
+  return out;
+}
+
+SweepPlan plan_sweep(const SweepSpec& spec, const std::vector<Point>& points, const fs::path& dir) {
+  SweepPlan plan;
+  const fs::path copy = dir / "sweep.toml";
+  if (!fs::exists(copy)) {
+    plan.points = points;
+    plan.fresh = true;
+    return plan;
+  }
+  const std::string old_text = read_file(copy);
+  plan.changed = old_text != spec.text;
+  if (!plan.changed && !fs::exists(run_list_path(copy))) {
+    plan.points = points;
+    return plan;
+  }
+  const SweepSpec old = parse_sweep(old_text, copy.string());
+  auto refuse = [&](const std::string& what) {
+    fail<SweepConflictError>("{}: {}; {} holds its runs as {} defines them: a sweep file may append configurations "
+                             "and seeds and change [report] and comments, nothing else (use another --out)",
+                             spec.path, what, dir.string(), copy.string());
+  };
+  if (old.experiment != spec.experiment)
+    refuse(fmt::format("experiment '{}', but {} has '{}'", spec.experiment, copy.string(), old.experiment));
+  if (axis_keys(old) != axis_keys(spec))
+    refuse(fmt::format("axes {}, but {} has {}", fmt::join(axis_keys(spec), ", "), copy.string(),
+                       fmt::join(axis_keys(old), ", ")));
+  std::map<std::string, size_t> index;  // point text -> position in `points`
+  for (size_t i = 0; i < points.size(); ++i) index.emplace(point_to_json(points[i]), i);
+  std::vector<bool> numbered(points.size(), false);
+  const std::vector<std::string> texts = numbered_texts(old, copy);
+  for (size_t r = 0; r < texts.size(); ++r) {
+    auto it = index.find(texts[r]);
+    if (it == index.end()) refuse(fmt::format("run {} ({}) is not in the file", run_dir_name(int64_t(r)), texts[r]));
+    const Point& p = points[it->second];
+    if (plan.changed) {
+      const std::string diff =
+          config_differences(resolve_run_config(old, p), resolve_run_config(spec, p), copy.string(), spec.path);
+      if (!diff.empty()) refuse(fmt::format("run {} ({}) would change: {}", run_dir_name(int64_t(r)), point_label(p), diff));
+    }
+    plan.points.push_back(p);
+    numbered[it->second] = true;
+  }
+  for (size_t i = 0; i < points.size(); ++i)
+    if (!numbered[i]) {
+      plan.points.push_back(points[i]);
+      ++plan.added;
+    }
+  return plan;
+}
+
+void record_sweep_plan(const SweepSpec& spec, const SweepPlan& plan, const fs::path& dir) {
+  if (!plan.fresh && !plan.changed) return;
+  const fs::path copy = dir / "sweep.toml";
+  const std::vector<Point> expanded = expand_sweep(spec);
+  bool in_order = expanded.size() == plan.points.size();
+  for (size_t i = 0; in_order && i < expanded.size(); ++i) in_order = expanded[i] == plan.points[i];
+  if (!in_order || fs::exists(run_list_path(copy))) {
+    std::string list;
+    for (const Point& p : plan.points) list += point_to_json(p) + "\n";
+    write_text_atomic(run_list_path(copy).string(), list);
+  }
+  write_text_atomic(copy.string(), spec.text);
+}
+
+void dry_run_sweep(const std::string& sweep_file, std::ostream& out, const fs::path& dir) {
   const SweepSpec spec = load_sweep(sweep_file);
   const std::vector<Point> points = expand_sweep(spec);
   validate_sweep(spec, points);
-  out << fmt::format("sweep {}: experiment {}{}, {} runs, every config valid (dry run: nothing launched)\n", spec.path,
-                     spec.experiment, spec.preset.empty() ? "" : fmt::format(" (preset {})", spec.preset), points.size());
-  for (size_t i = 0; i < points.size(); ++i) out << fmt::format("{:04d}  {}\n", i, point_label(points[i]));
+  const fs::path d = dir.empty() ? default_sweep_dir(sweep_file) : dir;
+  const SweepPlan plan = plan_sweep(spec, points, d);
+  out << fmt::format("sweep {}: experiment {}{}, {} runs, every config valid", spec.path, spec.experiment,
+                     spec.preset.empty() ? "" : fmt::format(" (preset {})", spec.preset), points.size());
+  if (!plan.fresh)
+    out << fmt::format("; {} numbers {} of them{}", d.string(), points.size() - plan.added,
+                       plan.added ? fmt::format(", {} new", plan.added) : std::string());
+  out << " (dry run: nothing launched)\n";
+  const size_t first_new = plan.fresh ? plan.points.size() : plan.points.size() - plan.added;
+  for (size_t i = 0; i < plan.points.size(); ++i)
+    out << fmt::format("{:04d}  {}{}\n", i, point_label(plan.points[i]), i >= first_new ? ", new" : "");
 }
 
 int run_sweep(const SweepOptions& options, std::ostream& out) {
   const SweepSpec spec = load_sweep(options.sweep_file);
-  const std::vector<Point> points = expand_sweep(spec);
-  validate_sweep(spec, points);
+  validate_sweep(spec, expand_sweep(spec));
   if (options.shards < 1 || options.shard < 0 || options.shard >= options.shards)
     fail<ValueError>("sweep: --shard must be i/N with 0 <= i < N, got {}/{}", options.shard, options.shards);
 
@@ -233,16 +348,14 @@ int run_sweep(const SweepOptions& options, std::ostream& out) {
   const DirLock lock(dir, options.wait,
                      options.shards > 1 ? fmt::format(".lock.shard-{}-of-{}", options.shard, options.shards)
                                         : std::string(DirLock::kFileName));
-  // The copy pins the run numbering: another sweep file would give runs/0003 another meaning.
-  const fs::path copy = dir / "sweep.toml";
-  if (fs::exists(copy)) {
-    if (read_file(copy) != spec.text)
-      fail<SweepError>("{}: differs from {}, the sweep file this directory was created with; re-running it would "
-                       "renumber the runs (use another --out, or delete the directory)",
-                       spec.path, copy.string());
-  } else {
-    write_text_atomic(copy.string(), spec.text);
-  }
+  // The copy and its run list pin the run numbering: runs/0003 keeps its meaning while the file
+  // grows (plan_sweep).
+  const SweepPlan plan = plan_sweep(spec, expand_sweep(spec), dir);
+  record_sweep_plan(spec, plan, dir);
+  const std::vector<Point>& points = plan.points;
+  if (plan.added)
+    out << fmt::format("sweep {}: {} runs added to the {} that {} numbers ({:04d} ... {:04d})\n", spec.path, plan.added,
+                       points.size() - plan.added, dir.string(), points.size() - plan.added, points.size() - 1);
 
   const bool sharded = options.shards > 1;
   fs::path db_path = dir / "results.sqlite";
@@ -435,7 +548,8 @@ std::string slurm_script(const SlurmScript& s) {
 
 std::filesystem::path emit_slurm(const SweepOptions& options, int shards, int cpus_per_task) {
   const SweepSpec spec = load_sweep(options.sweep_file);
-  validate_sweep(spec, expand_sweep(spec));
+  const std::vector<Point> points = expand_sweep(spec);
+  validate_sweep(spec, points);
   if (shards < 1) fail<ValueError>("sweep --emit-slurm: --shards must be at least 1, got {}", shards);
   if (cpus_per_task < 1) fail<ValueError>("sweep --emit-slurm: --cpus-per-task must be at least 1, got {}", cpus_per_task);
   const fs::path dir = options.dir.empty() ? default_sweep_dir(options.sweep_file) : options.dir;
@@ -453,10 +567,7 @@ std::filesystem::path emit_slurm(const SweepOptions& options, int shards, int cp
   const std::string text = slurm_script(script);  // checks the paths before anything is written
 
   fs::create_directories(dir);
-  const fs::path copy = dir / "sweep.toml";
-  if (fs::exists(copy) && read_file(copy) != spec.text)
-    fail<SweepError>("{}: differs from {}, the sweep file this directory was created with", spec.path, copy.string());
-  if (!fs::exists(copy)) write_text_atomic(copy.string(), spec.text);
+  record_sweep_plan(spec, plan_sweep(spec, points, dir), dir);
   fs::create_directories(dir / "shards");
   const fs::path path = dir / "sweep.sbatch";
   write_text_atomic(path.string(), text);

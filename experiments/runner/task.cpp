@@ -279,7 +279,19 @@ Schema& add_task_keys(Schema& s, const std::string& name) {
       .add("task.num_keys", int64_t(16), "recall, mqar: key symbols")
       .add("task.num_values", int64_t(16), "recall, mqar: value symbols")
       .add("task.input", "patches", "fashion_mnist: patches (49 x 4x4 floats) | pixels (784 tokens)")
-      .add("task.level", "char", "fortunes: char | byte");
+      .add("task.level", "char", "fortunes: char | byte")
+      // The loosest lower ends: each task refuses what it cannot use with its own message.
+      .bound("task.train_size", 0, 100'000'000)
+      .bound("task.val_size", 0, 100'000'000)
+      .bound("task.test_size", 0, 100'000'000)
+      .bound("task.length", 0, 1 << 20)
+      .bound("task.min_length", 0, 1 << 20)
+      .bound("task.max_depth", 0, 64)
+      .bound("task.max_args", 0, 1 << 10)
+      .bound("task.vocab", 0, 1 << 20)
+      .bound("task.num_pairs", 0, 1 << 20)
+      .bound("task.num_keys", 0, 1 << 20)
+      .bound("task.num_values", 0, 1 << 20);
 }
 
 TaskData make_task(const Config& c) {

@@ -2,6 +2,8 @@
 // groups of train.groups and the initialisation from another run of train.init_from.
 #include "experiments/runner/trainer.hpp"
 
+#include "experiments/runner/stop_scope.hpp"
+
 #include <charconv>
 #include <chrono>
 #include <cmath>
@@ -281,7 +283,14 @@ Schema& add_train_keys(Schema& s, const TrainDefaults& d) {
            "parameter groups by name pattern: \"*.gate.*: lr=0.1, weight_decay=0; PATTERN: ...\" (\"\" = none)")
       .add("train.accumulate", d.accumulate,
            "micro-batches per step on each rank: gradients of train.batch_size / (ranks x this) rows each, summed, "
-           "then averaged");
+           "then averaged")
+      .bound("train.steps", 0, kMaxSteps)
+      .bound("train.batch_size", 1, 1 << 20)
+      .bound("train.warmup", 0, kMaxSteps)
+      .bound("train.eval_every", 0, kMaxSteps)
+      .bound("train.log_every", 1, kMaxSteps)
+      .bound("train.checkpoint_every", 0, kMaxSteps)
+      .bound("train.accumulate", 1, 1 << 16);
 }
 
 Schema& add_precision_key(Schema& s) {
@@ -321,8 +330,9 @@ Trainer::Trainer(RunContext& ctx, nn::Module& model) : ctx_(ctx), model_(model) 
   clip_ = c.get_float("train.clip");
   const double lr = c.get_float("train.lr"), wd = c.get_float("train.weight_decay"),
                min_ratio = c.get_float("train.min_lr_ratio");
-  if (!(lr > 0)) fail<ConfigError>("Trainer: train.lr must be > 0, got {}", lr);
-  if (!(clip_ >= 0)) fail<ConfigError>("Trainer: train.clip must be >= 0, got {}", clip_);
+  if (!(lr > 0) || std::isinf(lr)) fail<ConfigError>("Trainer: train.lr must be finite and > 0, got {}", lr);
+  if (!(clip_ >= 0) || std::isinf(clip_))
+    fail<ConfigError>("Trainer: train.clip must be finite and >= 0 (0 = no clipping), got {}", clip_);
   if (!(min_ratio >= 0 && min_ratio <= 1)) fail<ConfigError>("Trainer: train.min_lr_ratio must be in [0, 1], got {}", min_ratio);
   if (!(wd >= 0)) fail<ConfigError>("Trainer: train.weight_decay must be >= 0, got {}", wd);
   init_from_ = c.get_string("train.init_from");
@@ -516,6 +526,7 @@ void Trainer::report_communication() {
 bool Trainer::fit() {
   if (!loss) fail<ValueError>("Trainer::fit: set trainer.loss first");
   start();
+  if (ctx_.dry_run()) return false;  // every check before the first step has run
   dist::reset_comm_stats();
   model_.train();
   while (step_ < total_) {
@@ -547,7 +558,18 @@ bool Trainer::fit() {
     if (evaluate && ((eval_every_ > 0 && step_ % eval_every_ == 0) || step_ == total_)) {
       NoGradGuard no_grad;
       model_.eval();
-      last_eval_ = evaluate(step_);
+      try {
+        const StopPointScope scope;  // a signal from the step itself waits for the next step
+        last_eval_ = evaluate(step_);
+      } catch (const RunStopped&) {
+        // A stop signal during the evaluation: the step is trained, so its checkpoint is saved;
+        // its evaluation is not recorded (its train_loss is).
+        if (!line.empty()) ctx_.metrics(step_, line);
+        ctx_.logf("stop signal during the evaluation at step {}: that evaluation is not recorded", step_);
+        ctx_.request_stop();
+        ctx_.save_checkpoint(step_, state());
+        return false;
+      }
       model_.train();
       for (auto& [k, v] : last_eval_) line[k] = v;
     }

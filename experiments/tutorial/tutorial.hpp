@@ -38,6 +38,35 @@ inline int run(int argc, char** argv, const std::string& title, void (*lesson)()
   });
 }
 
+// The main of a lesson that writes files (PNG plots): an optional argument names the directory
+// to write them into (created when missing; default the current directory). `--help` prints the
+// usage; an argument starting with '-' or a second argument is a usage error (exit 2).
+inline int run_in_dir(int argc, char** argv, const std::string& title, void (*lesson)(const std::string& dir)) {
+  const std::string program = argc > 0 ? std::filesystem::path(argv[0]).filename().string() : "tutorial";
+  return attnlab::runner::guarded(program.c_str(), [&] {
+    const std::string arg = argc > 1 ? argv[1] : "";
+    if (argc == 2 && (arg == "--help" || arg == "-h")) {
+      fmt::print("Usage: {} [DIR] [--help]\n\n{}\n\n"
+                 "Runs the lesson: prints its explanation, the tensors it computes and the\n"
+                 "claims it checks, and writes its PNG plots into DIR (default: the current\n"
+                 "directory); exit status 1 when a claim fails (docs/tutorial.md).\n",
+                 program, title);
+      return 0;
+    }
+    if (argc > 2) attnlab::fail<attnlab::runner::UsageError>("unexpected argument '{}': the lesson takes one directory", argv[2]);
+    if (!arg.empty() && arg[0] == '-')
+      attnlab::fail<attnlab::runner::UsageError>("unknown option '{}': the lesson takes a directory for its plots", arg);
+    const std::string dir = arg.empty() ? "." : arg;
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec || !std::filesystem::is_directory(dir))
+      attnlab::fail<attnlab::FileError>("cannot create the plot directory '{}': {}", dir, ec ? ec.message() : "not a directory");
+    fmt::print("{}\n", title);
+    lesson(dir);
+    return 0;
+  });
+}
+
 inline void section(const std::string& title) { fmt::print("\n== {} ==\n", title); }
 
 // name, shape, then the values (attnlab tensors format NumPy-like through fmt).

@@ -22,6 +22,8 @@ struct InputCache : AttentionCache {
 
 }  // namespace
 
+bool recomputes_per_step(const AttentionCache& cache) { return dynamic_cast<const InputCache*>(&cache) != nullptr; }
+
 std::unique_ptr<AttentionCache> Attention::make_cache(int64_t, int64_t) const {
   auto c = std::make_unique<InputCache>();
   c->owner = this;
@@ -113,6 +115,10 @@ HeadConfig read_head_config(const Options& o, int64_t d_model, int64_t heads_for
   c.gate.gamma = o.get_double("gate_gamma");
   c.gate.zeta = o.get_double("gate_zeta");
   c.gate.hard = o.get_bool("gate_hard");
+  // Like rope_base without rope: a gate sub-option without a gate would be dropped silently.
+  if (c.gate.kind == "none")
+    for (const char* sub : {"gate_init", "gate_temperature", "gate_gamma", "gate_zeta", "gate_hard"})
+      if (o.given(sub)) o.reject(sub, "needs gate=hard_concrete");
   return c;
 }
 

@@ -26,6 +26,8 @@ VariantSchema BigBird::schema() {
   s.options.push_back({"global", T::Int, "2", "the first g blocks are global", {}});
   s.options.push_back({"random", T::Int, "3", "random key blocks per query block and head", {}});
   s.options.push_back({"max_len", T::Int, "4096", "longest sequence (a multiple of block); sizes random_blocks", {}});
+  s.capabilities = Capabilities::all();
+  s.capabilities.causal = s.capabilities.decoding = Support::no;  // random blocks reach the future
   return s;
 }
 

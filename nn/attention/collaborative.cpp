@@ -47,6 +47,7 @@ VariantSchema CollaborativeAttention::schema() {
       s.options.push_back({"scale", T::Double, "", "score scale (default 1/sqrt(Dk~/h))", {}});
     }
   }
+  s.capabilities = Capabilities::all();
   return s;
 }
 

@@ -53,6 +53,7 @@ VariantSchema CompressedAttention::schema() {
   s.options.push_back({"kv_heads", T::Int, "",
                        "heads of k_proj/v_proj and of the convolutions' inputs (default heads; set by prune_heads)",
                        {}});
+  s.capabilities = Capabilities::key_summary();
   return s;
 }
 

@@ -19,6 +19,7 @@ VariantSchema DiffAttention::schema() {
     if (o.name == "key_size") o.doc = "size dk of each of a head's two query/key halves (default D/(2h))";
   s.options.insert(s.options.begin() + 3,
                    {"layer", OptionType::Int, "1", "1-based depth l: lambda_init = 0.8 - 0.6 exp(-0.3 (l - 1))", {}});
+  s.capabilities = Capabilities::all();
   return s;
 }
 

@@ -27,7 +27,8 @@ VariantSchema FNet::schema() {
           "attention-free Fourier mixing, y = Re(FFT_seq(FFT_hidden(x))) (Lee-Thorp et al. 2021)",
           {{"causal", OptionType::Bool, "false", "must be false: fnet is not causal", {}}},
           "O(B N D log(N D)) (FFTW)",
-          "O(B N D): no parameters, nothing kept for backward"};
+          "O(B N D): no parameters, nothing kept for backward",
+          Capabilities::none()};
 }
 
 std::shared_ptr<Attention> FNet::make(const Options& o, int64_t d_model) {

@@ -117,6 +117,7 @@ VariantSchema LinearAttention::schema() {
     if (o.name == "attn_dropout") o.doc = "must be 0: linear attention forms no probabilities to drop";
   s.options.insert(s.options.begin(), {{"feature", T::Choice, "elu", "feature map phi (elu: elu(z) + 1)", {"elu"}},
                                        {"eps", T::Double, "1e-6", "added to the denominator", {}}});
+  s.capabilities = Capabilities::all();
   return s;
 }
 

@@ -23,6 +23,7 @@ VariantSchema Linformer::schema() {
   s.options.push_back({"proj_len", T::Int, "64", "projected length k", {}});
   s.options.push_back({"max_len", T::Int, "512", "longest key sequence L (proj_k is (k, L))", {}});
   s.options.push_back({"share", T::Choice, "none", "kv: proj_k projects the values too (no proj_v)", {"none", "kv"}});
+  s.capabilities = Capabilities::key_summary();
   return s;
 }
 

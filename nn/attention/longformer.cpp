@@ -252,6 +252,7 @@ VariantSchema Longformer::schema() {
   s.options.push_back({"global", T::IntList, "", "global positions, e.g. global=0+17 (instead of global_first)", {}});
   s.options.push_back({"global_first", T::Int, "1", "the first g positions are global", {}});
   s.options.push_back({"separate_global", T::Bool, "false", "global rows use q_global, k_global, v_global", {}});
+  s.capabilities = Capabilities::all();
   return s;
 }
 

@@ -133,6 +133,10 @@ VariantSchema LshAttention::schema() {
   s.options.insert(s.options.begin(), {{"buckets", OptionType::Int, "8", "hash buckets nb (even)", {}},
                                        {"hashes", OptionType::Int, "2", "hashing rounds R", {}},
                                        {"chunk", OptionType::Int, "32", "chunk length c (N a multiple of c)", {}}});
+  s.capabilities = Capabilities::all();
+  s.capabilities.cross = Support::no;     // queries and keys share one projection and one hash
+  s.capabilities.decoding = Support::no;  // a new position changes every chunk
+  s.capabilities.isolates_masked = false;  // buckets and chunks are drawn from every position
   return s;
 }
 

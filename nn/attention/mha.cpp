@@ -1,6 +1,7 @@
 #include "nn/attention/mha.hpp"
 
 #include <cmath>
+#include <utility>
 
 #include "autograd/grad_mode.hpp"
 #include "autograd/ops.hpp"
@@ -33,7 +34,25 @@ VariantSchema MultiHeadAttention::schema() {
       {"rope_base", T::Double, "10000", "RoPE base", {}},
   };
   s.options.insert(s.options.end(), current.begin(), current.end());
+  s.capabilities = Capabilities::all();
   return s;
+}
+
+namespace {
+constexpr std::pair<ScoreFunction, const char*> kScoreNames[] = {
+    {ScoreFunction::Softmax, "softmax"}, {ScoreFunction::Sigmoid, "sigmoid"}, {ScoreFunction::Softpick, "softpick"}};
+}  // namespace
+
+const char* score_name(ScoreFunction f) {
+  for (const auto& [value, name] : kScoreNames)
+    if (value == f) return name;
+  return "?";
+}
+
+ScoreFunction parse_score(const std::string& name) {
+  for (const auto& [value, n] : kScoreNames)
+    if (name == n) return value;
+  fail<ValueError>("mha: score {} is not a score function (allowed: softmax, sigmoid, softpick)", name);
 }
 
 namespace {
@@ -68,18 +87,22 @@ MhaOptions read_mha_options(const Options& o, const HeadConfig& c) {
   m.qk_norm = o.get_bool("qk_norm");
   m.softcap = o.get_double("softcap");
   if (!(m.softcap >= 0) || std::isinf(m.softcap)) o.reject("softcap", "must be a finite c >= 0 (0 = off)");
-  m.score = o.get_choice("score");
+  m.score = parse_score(o.get_choice("score"));
+  const char* score = score_name(m.score);
   if (o.given("sigmoid_bias")) {
-    if (m.score != "sigmoid") o.reject("sigmoid_bias", fmt::format("applies to score=sigmoid only, got score={}", m.score));
+    if (m.score != ScoreFunction::Sigmoid)
+      o.reject("sigmoid_bias", fmt::format("applies to score=sigmoid only, got score={}", score));
     m.sigmoid_bias = o.get_double("sigmoid_bias");
   }
   m.softpick_eps = o.get_double("softpick_eps");
-  if (o.given("softpick_eps") && m.score != "softpick")
-    o.reject("softpick_eps", fmt::format("applies to score=softpick only, got score={}", m.score));
-  if (!(m.softpick_eps >= 0)) o.reject("softpick_eps", "must be >= 0");
+  if (o.given("softpick_eps") && m.score != ScoreFunction::Softpick)
+    o.reject("softpick_eps", fmt::format("applies to score=softpick only, got score={}", score));
+  // eps > 0: a fully masked row is 0 / (0 + eps) = 0; with eps = 0 it would be 0 / 0.
+  if (!(m.softpick_eps > 0) || std::isinf(m.softpick_eps))
+    o.reject("softpick_eps", "must be a finite eps > 0 (a fully masked row divides 0 by eps)");
   m.sinks = o.get_bool("sinks");
-  if (m.sinks && m.score != "softmax")
-    o.reject("sinks", fmt::format("needs score=softmax (allowed with sinks: softmax), got score={}", m.score));
+  if (m.sinks && m.score != ScoreFunction::Softmax)
+    o.reject("sinks", fmt::format("needs score=softmax (allowed with sinks: softmax), got score={}", score));
   m.rope = o.get_bool("rope");
   if (m.rope && c.key_size % 2 != 0) o.reject("rope", fmt::format("needs an even key_size, got key_size={}", c.key_size));
   m.rope_base = o.get_double("rope_base");
@@ -121,8 +144,8 @@ MultiHeadAttention::MultiHeadAttention(int64_t d_model, const HeadConfig& c, boo
   const bool grouped_ok = !options.kv_index.empty() ? int64_t(options.kv_index.size()) == h : g > 0 && h % g == 0;
   if (!grouped_ok) fail<ValueError>("mha: kv_heads={} must divide heads={} (or kv_index name every head)", g, h);
   if (options.rope && c.key_size % 2) fail<ValueError>("mha: rope needs an even key_size, got {}", c.key_size);
-  if (options.sinks && options.score != "softmax")
-    fail<ValueError>("mha: sinks needs score=softmax, got score={}", options.score);
+  if (options.sinks && options.score != ScoreFunction::Softmax)
+    fail<ValueError>("mha: sinks needs score=softmax, got score={}", score_name(options.score));
   if (!options.alibi_slopes.empty() && int64_t(options.alibi_slopes.size()) != h)
     fail<ValueError>("mha: alibi_slopes has {} entries, expected heads={}", options.alibi_slopes.size(), h);
   q_proj = register_module("q_proj", std::make_shared<Linear>(d_model, h * c.key_size, c.bias));
@@ -175,12 +198,12 @@ Tensor MultiHeadAttention::expand_kv(const Tensor& t) const {
 
 Tensor MultiHeadAttention::score_function(const Tensor& s, const Tensor& allowed) const {
   const int64_t B = s.size(0), h = s.size(1), N = s.size(2), M = s.size(3);
-  if (options.score == "sigmoid") {
+  if (options.score == ScoreFunction::Sigmoid) {
     const double b = options.sigmoid_bias.value_or(-std::log(double(M)));
     Tensor p = sigmoid(s + b);                              // (B, h, N, M), no normalisation
     return allowed.defined() ? where(allowed, p, 0.0) : p;
   }
-  if (options.score == "softpick") {
+  if (options.score == ScoreFunction::Softpick) {
     // e = exp(s - c) - exp(-c), c = max(row max over allowed, 0); a disallowed entry has
     // e = -exp(-c) < 0, so relu drops it from the numerator and the where from the denominator.
     Tensor sm = allowed.defined() ? where(allowed, s, -INFINITY) : s;  // (B, h, N, M)
@@ -226,9 +249,10 @@ TileOptions MultiHeadAttention::tile_options(int64_t M) {
   if (is_training() && config.attn_dropout > 0) t.dropout = config.attn_dropout, t.seed = gen.next_u64();
   if (options.alibi) t.alibi = slopes();
   t.softcap = options.softcap;
-  if (options.score == "sigmoid")
+  // The kernel's own score type, converted here at its boundary.
+  if (options.score == ScoreFunction::Sigmoid)
     t.score = TileScore::Sigmoid, t.sigmoid_bias = options.sigmoid_bias.value_or(-std::log(double(M)));
-  if (options.score == "softpick") t.score = TileScore::Softpick, t.softpick_eps = options.softpick_eps;
+  if (options.score == ScoreFunction::Softpick) t.score = TileScore::Softpick, t.softpick_eps = options.softpick_eps;
   t.sinks = sinks;
   return t;
 }
@@ -307,9 +331,9 @@ std::string MultiHeadAttention::spec() const {
   if (o.alibi) v.set("alibi", true).set("alibi_slopes", o.alibi_slopes);
   if (o.qk_norm) v.set("qk_norm", true);
   if (o.softcap > 0) v.set("softcap", o.softcap);
-  if (o.score != "softmax") v.set("score", o.score);
+  if (o.score != ScoreFunction::Softmax) v.set("score", score_name(o.score));
   if (o.sigmoid_bias) v.set("sigmoid_bias", *o.sigmoid_bias);
-  if (o.score == "softpick") v.set("softpick_eps", o.softpick_eps);
+  if (o.score == ScoreFunction::Softpick) v.set("softpick_eps", o.softpick_eps);
   if (o.sinks) v.set("sinks", true);
   if (o.rope) v.set("rope", true).set("rope_base", o.rope_base);
   return format_spec(s, v);

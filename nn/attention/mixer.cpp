@@ -25,7 +25,8 @@ VariantSchema Mixer::schema() {
            {"bias", T::Bool, "true", "token_mlp.w1.bias and token_mlp.w2.bias exist", {}},
            {"causal", T::Bool, "false", "must be false: mixer is not causal", {}}},
           "O(B N D hm)",
-          "O(B D hm) activations kept for backward + O(L hm) parameters"};
+          "O(B D hm) activations kept for backward + O(L hm) parameters",
+          Capabilities::none()};
 }
 
 std::shared_ptr<Attention> Mixer::make(const Options& o, int64_t d_model) {

@@ -48,7 +48,8 @@ VariantSchema LatentAttention::schema() {
           "+ B M r h (dk + dv) + B N h dv D); absorbed decoding, per new token over L cached positions, "
           "O(B h L (r + dr) + B h r (dk + dv))",
           "O(B h N M) for the probabilities with need_weights, else O(B h (N + M) (dk + dr + dv)); decoding cache "
-          "O(B L (r + dr))"};
+          "O(B L (r + dr))",
+          Capabilities::all()};
 }
 
 std::shared_ptr<Attention> LatentAttention::make(const Options& o, int64_t d_model) {

@@ -74,6 +74,8 @@ VariantSchema NystromAttention::schema() {
   s.options.push_back({"landmarks", T::Int, "32", "landmarks m (N and M must be multiples of m)", {}});
   s.options.push_back({"pinv_iters", T::Int, "6", "Newton-Schulz iterations for pinv(A)", {}});
   s.options.push_back({"conv", T::Int, "0", "kernel size of the depthwise value convolution (0 = none)", {}});
+  s.capabilities = Capabilities::key_summary();
+  s.capabilities.cross = Support::probe;  // a context with conv = 0 only
   return s;
 }
 

@@ -68,6 +68,9 @@ VariantSchema pattern_schema(std::string name, std::string summary, std::vector<
       o.doc = "allow only m <= n (default true for this variant)";
     }
   s.options.insert(s.options.begin(), own.begin(), own.end());
+  s.capabilities = Capabilities::all();
+  // causal=true (the default of sparse_strided and sparse_fixed) refuses a context
+  if (causal_default) s.capabilities.cross = Support::probe;
   return s;
 }
 

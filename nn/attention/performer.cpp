@@ -47,6 +47,7 @@ VariantSchema Performer::schema() {
                     {"ortho", T::Bool, "true", "orthogonal blocks of random features", {}},
                     {"redraw", T::Int, "0", "redraw the projection every T train-mode forward calls (0: never)", {}},
                     {"eps", T::Double, "1e-6", "added to the (unshifted) denominator", {}}});
+  s.capabilities = Capabilities::all();
   return s;
 }
 

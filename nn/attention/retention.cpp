@@ -94,6 +94,11 @@ VariantSchema Retention::schema() {
                     "gamma_i = 1 - 2^(-5-i))",
                     {}});
   s.options.insert(s.options.begin() + 5, {"chunk", OptionType::Int, "64", "block size of the chunked form", {}});
+  s.capabilities = Capabilities::all();
+  s.capabilities.cross = Support::no;     // the decay runs over the one sequence's positions
+  s.capabilities.segments = Support::no;  // the recurrent state would carry across documents
+  s.capabilities.query_mask = Support::no;  // the chunked and recurrent forms mask keys only
+  s.capabilities.causal_only = true;
   return s;
 }
 

@@ -206,6 +206,8 @@ VariantSchema RoutingAttention::schema() {
                   "O(B h N (L + dk + dv)), L = largest cluster's key count (N/k balanced, N at worst)"};
   s.options.insert(s.options.begin(), {{"clusters", OptionType::Int, "4", "number of centroids k per head", {}},
                                        {"decay", OptionType::Double, "0.999", "centroid moving-average decay", {}}});
+  s.capabilities = Capabilities::all();
+  s.capabilities.cross = Support::no;  // queries and keys are routed to clusters together
   return s;
 }
 

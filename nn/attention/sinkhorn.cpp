@@ -28,6 +28,8 @@ VariantSchema SinkhornAttention::schema() {
   s.options.push_back({"iters", T::Int, "5", "Sinkhorn normalisation rounds", {}});
   s.options.push_back({"temperature", T::Double, "0.75", "the sort logits are divided by it", {}});
   s.options.push_back({"max_len", T::Int, "512", "longest sequence (sort_net has max_len/b rows)", {}});
+  s.capabilities = Capabilities::key_summary();
+  s.capabilities.cross = Support::no;  // the blocks sorted are the queries' own
   return s;
 }
 

@@ -65,6 +65,37 @@ Spec parse_spec(const std::string& text) {
 
 std::string to_string(const Spec& spec) { return format_option_string(spec); }
 
+const char* to_string(Support s) {
+  switch (s) {
+    case Support::yes: return "yes";
+    case Support::no: return "no";
+    case Support::probe: return "probe";
+  }
+  return "?";
+}
+
+namespace {
+Capabilities every(Support s) {
+  Capabilities c;
+  c.cross = c.causal = c.key_mask = c.query_mask = c.pruning = c.decoding = c.segments = s;
+  return c;
+}
+}  // namespace
+
+Capabilities Capabilities::all() { return every(Support::yes); }
+Capabilities Capabilities::none() { return every(Support::no); }
+
+Capabilities Capabilities::key_summary() {
+  Capabilities c = all();
+  c.causal = c.decoding = c.segments = c.query_mask = Support::no;
+  return c;
+}
+
+std::vector<std::pair<std::string, Support>> Capabilities::features() const {
+  return {{"cross", cross},     {"causal", causal},     {"key_mask", key_mask}, {"query_mask", query_mask},
+          {"pruning", pruning}, {"decoding", decoding}, {"segments", segments}};
+}
+
 Options::Options(const VariantSchema& schema, const Spec& spec) : variant_(schema.name), schema_(&schema) {
   for (auto& [name, value] : spec.options) {
     bool known = false;

@@ -214,6 +214,8 @@ VariantSchema Synthesizer::schema() {
                     {"factor", T::Int, "8", "rank k of factorized_random", {}},
                     {"a", T::Int, "", "factorized_dense width a (default smallest a >= sqrt(L))", {}},
                     {"b", T::Int, "", "factorized_dense width b (default ceil(L/a))", {}}});
+  s.capabilities = Capabilities::all();
+  s.capabilities.cross = Support::no;  // the logits come from x alone (and from positions)
   return s;
 }
 

@@ -27,6 +27,7 @@ VariantSchema TalkingHeadsAttention::schema() {
                     {"mix_init", T::Choice, "identity",
                      "identity: square mixes start as the identity (the layer as mha); random: normal(0, 1/sqrt(rows))",
                      {"identity", "random"}}});
+  s.capabilities = Capabilities::all();
   return s;
 }
 

@@ -1,7 +1,9 @@
-// The strided loop every elementwise kernel runs on. K operands (operand 0 is the output)
-// share one shape; each has its own byte strides (0 on broadcast dims). Adjacent dims that
-// are contiguous for every operand are merged first, so a contiguous or simply broadcast
-// operation becomes one long inner loop that the compiler vectorises.
+/// @file
+/// The strided loop every elementwise kernel runs on. K operands (operand 0 is the output)
+/// share one shape; each has its own byte strides (0 on broadcast dims). Adjacent dims that
+/// are contiguous for every operand are merged first, so a contiguous or simply broadcast
+/// operation becomes one long inner loop that the compiler vectorises.
+/// @ingroup tensor
 #pragma once
 #include <array>
 
@@ -9,14 +11,17 @@
 #include "tensor/shape.hpp"
 #include "tensor/tensor.hpp"
 
+/// @addtogroup tensor
+/// @{
 namespace attnlab::kernels {
 
+/// The shape and byte strides of K operands, walked by one loop (see the file's description).
 template <int K>
 struct StridedLoop {
-  Dims shape;
-  std::array<Dims, K> strides;  // in bytes
+  Dims shape;  ///< the shared shape
+  std::array<Dims, K> strides;  ///< in bytes
 
-  // Drops size-1 dims and merges dims i, i+1 when every operand steps through them as one.
+  /// Drops size-1 dims and merges dims i, i+1 when every operand steps through them as one.
   void coalesce() {
     Dims s;
     std::array<Dims, K> st;
@@ -39,7 +44,7 @@ struct StridedLoop {
     strides = st;
   }
 
-  // inner(ptrs, inner_strides, n): n elements along the innermost dim, starting at ptrs.
+  /// inner(ptrs, inner_strides, n): n elements along the innermost dim, starting at ptrs.
   template <class F>
   void run(std::array<char*, K> base, F&& inner, int64_t grain = kParallelGrain) {
     coalesce();
@@ -78,7 +83,7 @@ struct StridedLoop {
   }
 };
 
-// Byte strides of `t` read as shape `target` (broadcast dims get stride 0).
+/// Byte strides of `t` read as shape `target` (broadcast dims get stride 0).
 inline Dims byte_strides(const Tensor& t, const Dims& target) {
   Dims s = broadcast_strides(t.shape(), t.strides(), target);
   for (int64_t& v : s) v *= itemsize(t.dtype());
@@ -86,3 +91,4 @@ inline Dims byte_strides(const Tensor& t, const Dims& target) {
 }
 
 }  // namespace attnlab::kernels
+/// @}

@@ -1,5 +1,7 @@
-// map1/map2/map3: apply a scalar function elementwise over strided, broadcast operands, with a
-// contiguous fast path the compiler vectorises. Used by elementwise.cpp and copy.cpp.
+/// @file
+/// map1/map2/map3: apply a scalar function elementwise over strided, broadcast operands, with a
+/// contiguous fast path the compiler vectorises. Used by elementwise.cpp and copy.cpp.
+/// @ingroup tensor
 #pragma once
 #include <cstdint>
 #include <string>
@@ -10,22 +12,24 @@
 
 #include "tensor/kernels/loop.hpp"
 
+/// @addtogroup tensor
+/// @{
 namespace attnlab::kernels {
 
-// Streaming (non-temporal) stores for outputs too big to stay in cache. A normal store first
-// reads the destination line into the cache (read for ownership), so out = a * b moves four
-// tensors' worth of bytes; a streaming store skips that read, three. They pay off only when the
-// operands together exceed the last-level cache: below that, the plain store leaves the output
-// in cache for the next op, which is worth more.
-//
-// The last-level cache of the first CPU, in bytes, as sysfs lists it (cache.cpp).
+/// Streaming (non-temporal) stores for outputs too big to stay in cache. A normal store first
+/// reads the destination line into the cache (read for ownership), so out = a * b moves four
+/// tensors' worth of bytes; a streaming store skips that read, three. They pay off only when the
+/// operands together exceed the last-level cache: below that, the plain store leaves the output
+/// in cache for the next op, which is worth more.
+///
+/// The last-level cache of the first CPU, in bytes, as sysfs lists it (cache.cpp).
 int64_t last_level_cache_bytes();
-// "32768K", "1M", "65536" -> bytes; -1 when the text is not a size.
+/// "32768K", "1M", "65536" -> bytes; -1 when the text is not a size.
 int64_t parse_cache_size(const std::string& text);
 
-// o[i] = g(i) for i in [0, n); with `streaming`, through non-temporal stores where the build
-// has AVX and Out is float or double (otherwise, and for the unaligned ends, plain stores).
-// The plain loop is the naive twin: both store the same values.
+/// o[i] = g(i) for i in [0, n); with `streaming`, through non-temporal stores where the build
+/// has AVX and Out is float or double (otherwise, and for the unaligned ends, plain stores).
+/// The plain loop is the naive twin: both store the same values.
 template <class Out, class G>
 inline void store_run(Out* o, int64_t n, bool streaming, G g) {
 #if defined(__AVX__)
@@ -52,26 +56,26 @@ inline void store_run(Out* o, int64_t n, bool streaming, G g) {
   for (int64_t i = 0; i < n; ++i) o[i] = g(i);
 }
 
-// Whether an op writing `out` from inputs of `in_bytes` should stream its stores: the bytes it
-// touches exceed the last-level cache by more than a quarter, and out is not also an input (an
-// in-place op has read the line already, there is nothing to save). Near the cache size, plain
-// stores still win: part of the data survives in the cache from one pass to the next. Measured
-// on this project's VM (32 MB L3, 2 threads): 2048x2048 + 2048 (32 MB touched) ran at 47 GB/s
-// with plain stores and 35 streamed; 2048x2048 * 2048x2048 (48 MB) at 34-37 streamed and
-// 26-36 plain.
+/// Whether an op writing `out` from inputs of `in_bytes` should stream its stores: the bytes it
+/// touches exceed the last-level cache by more than a quarter, and out is not also an input (an
+/// in-place op has read the line already, there is nothing to save). Near the cache size, plain
+/// stores still win: part of the data survives in the cache from one pass to the next. Measured
+/// on this project's VM (32 MB L3, 2 threads): 2048x2048 + 2048 (32 MB touched) ran at 47 GB/s
+/// with plain stores and 35 streamed; 2048x2048 * 2048x2048 (48 MB) at 34-37 streamed and
+/// 26-36 plain.
 inline bool should_stream(const Tensor& out, int64_t in_bytes, bool out_is_input) {
   const int64_t touched = out.numel() * int64_t(itemsize(out.dtype())) + in_bytes;
   return !out_is_input && touched * 4 > last_level_cache_bytes() * 5;
 }
 
-// Whether x, broadcast to out's shape, has out's flat layout: both contiguous, same element
-// count (so they differ at most by size-1 dims). Then flat index i is element i of both, and
-// the chunks parallel_for makes are the strided loop's, so results do not depend on the path.
+/// Whether x, broadcast to out's shape, has out's flat layout: both contiguous, same element
+/// count (so they differ at most by size-1 dims). Then flat index i is element i of both, and
+/// the chunks parallel_for makes are the strided loop's, so results do not depend on the path.
 inline bool same_layout(const Tensor& out, const Tensor& x) {
   return x.numel() == out.numel() && out.is_contiguous() && x.is_contiguous();
 }
 
-// out[i] = f(x[i]); out has the target shape, x is broadcast to it.
+/// out[i] = f(x[i]); out has the target shape, x is broadcast to it.
 template <class Out, class In, class F>
 void map1(const Tensor& out, const Tensor& x, F f) {
   const bool streaming = should_stream(out, x.numel() * int64_t(sizeof(In)), out.raw_data() == x.raw_data());
@@ -97,7 +101,7 @@ void map1(const Tensor& out, const Tensor& x, F f) {
            });
 }
 
-// out[i] = f(a[i], b[i]).
+/// out[i] = f(a[i], b[i]).
 template <class Out, class A, class B, class F>
 void map2(const Tensor& out, const Tensor& a, const Tensor& b, F f) {
   const Dims& sh = out.shape();
@@ -135,7 +139,7 @@ void map2(const Tensor& out, const Tensor& a, const Tensor& b, F f) {
            });
 }
 
-// out[i] = f(a[i], b[i], c[i]).
+/// out[i] = f(a[i], b[i], c[i]).
 template <class Out, class A, class B, class C, class F>
 void map3(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& c, F f) {
   const Dims& sh = out.shape();
@@ -151,3 +155,4 @@ void map3(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& c, 
 }
 
 }  // namespace attnlab::kernels
+/// @}

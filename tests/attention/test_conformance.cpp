@@ -28,12 +28,15 @@ bool skipped(const std::vector<check::CheckResult>& results, const std::string& 
   return false;
 }
 
-// Checks that do not apply by the variant's own spec (docs/attention.md).
+// The variants the tests at the end register (a test binary run whole has them in the registry).
+bool registered_by_tests(const std::string& name) {
+  return name == "defective" || name == "undeclared" || name == "self_only" || name == "claims_not_causal";
+}
+
+// Sizes for the variants whose defaults need them (which checks apply comes from the capabilities
+// in each variant's schema).
 check::CheckOptions options_for(const std::string& name) {
   check::CheckOptions o;
-  // lsh: every position is hashed and sorted into chunks, masked, future and other documents'
-  // ones too, so they move which keys share a chunk with a query.
-  if (name == "lsh") o.skip = {"key_mask", "causal", "causal_key_mask", "segments"};
   // Their sizes that default from D/h need a wider model than 8 at 8 heads (rope_size = dk/2
   // even; diff's dk = D/(2h)).
   if (name == "mla" || name == "diff") o.d_model = 32;
@@ -53,73 +56,77 @@ std::vector<check::CheckResult> conforms(const std::string& spec, const check::C
   return results;
 }
 
-// The registry's variants in groups, so that each test case stays short; any variant in no
-// group (one added to the registry later) runs in the last case, which then fails until the
-// variant joins a group.
-const std::vector<std::set<std::string>> kGroups = {
-    {"mha", "talking_heads", "collaborative", "synthesizer", "mla", "diff", "retention"},
-    {"local", "sparse_strided", "sparse_fixed", "dilated", "longformer", "bigbird", "routing", "linear", "fnet"},
-    {"lsh", "sinkhorn", "performer"},
-    {"linformer", "compressed", "nystrom", "mixer"},
-};
+// Whether a check skipped as the capabilities declared in the schema say: a declared feature runs,
+// an absent one skips (a feature left to probing may do either, by the spec's options).
+void check_skips_follow_capabilities(const std::vector<check::CheckResult>& results, const nn::Capabilities& c) {
+  auto expect = [&](const std::string& check, nn::Support support) {
+    INFO(check << " declared " << nn::to_string(support));
+    if (support != nn::Support::probe) CHECK(skipped(results, check) == (support == nn::Support::no));
+  };
+  using nn::Support;
+  const Support isolated = c.isolates_masked ? Support::yes : Support::no;
+  const Support any_mask = c.key_mask == Support::no && c.query_mask == Support::no ? Support::no : Support::yes;
+  auto both = [](Support a, Support b) {
+    return a == Support::no || b == Support::no ? Support::no
+           : a == Support::yes && b == Support::yes ? Support::yes
+                                                    : Support::probe;
+  };
+  expect("cross", c.cross);
+  expect("key_mask", both(c.key_mask, isolated));
+  expect("causal", both(c.causal, isolated));
+  expect("causal_key_mask", both(both(c.causal, c.key_mask), isolated));
+  expect("segments", both(c.segments, isolated));
+  expect("masked_row", any_mask);
+  expect("prune_heads", c.pruning);
+  expect("forward_step", c.decoding);
+}
 
-// Runs the suite on every registered variant for which `pick(name)`, with its default options.
-void check_registered(const std::function<bool(const std::string&)>& pick) {
+// Runs the suite on every registered variant for which `pick(index)`, with its default options.
+void check_registered(const std::function<bool(size_t)>& pick) {
   int64_t ran = 0;
-  for (const auto& v : nn::variants()) {
-    const std::string name = v.schema.name;
-    if (!pick(name)) continue;
+  const auto& all = nn::variants();
+  for (size_t i = 0; i < all.size(); ++i) {
+    const std::string name = all[i].schema.name;
+    if (!pick(i) || registered_by_tests(name)) continue;
     CAPTURE(name);
     auto results = conforms(name, options_for(name));
+    check_skips_follow_capabilities(results, all[i].schema.capabilities);
     ++ran;
-    // what each built-in variant supports, so that a probe that wrongly skips shows up here
-    const std::set<std::string> no_mask = {"fnet", "mixer"};
-    const std::set<std::string> not_causal = {"bigbird", "sinkhorn", "linformer", "compressed", "nystrom", "fnet", "mixer"};
-    const std::set<std::string> no_pruning = {"fnet", "mixer"};
-    const std::set<std::string> no_segments = {"fnet",     "mixer",    "linformer", "compressed",
-                                               "nystrom",  "sinkhorn", "retention", "lsh"};
-    // (sparse_strided and sparse_fixed are causal by default, and causal takes no context)
-    const std::set<std::string> self_only = {"synthesizer", "lsh",  "routing",        "sinkhorn",    "fnet",
-                                             "mixer",       "retention", "sparse_strided", "sparse_fixed"};
-    CHECK(skipped(results, "cross") == (self_only.count(name) > 0));
-    CHECK(skipped(results, "masked_row") == (no_mask.count(name) > 0));
-    CHECK(skipped(results, "forward_step") == (not_causal.count(name) > 0 || name == "lsh"));
-    CHECK(skipped(results, "prune_heads") == (no_pruning.count(name) > 0));
-    CHECK(skipped(results, "causal_key_mask") == (not_causal.count(name) > 0 || no_mask.count(name) > 0 || name == "lsh"));
-    CHECK(skipped(results, "segments") == (no_segments.count(name) > 0));
   }
   CHECK(ran > 0);
 }
 
 }  // namespace
 
-TEST_CASE("conformance with default options: the multi-head mechanism and the attention of current models") {
-  check_registered([](const std::string& name) { return kGroups[0].count(name) > 0; });
+// The registry split four ways by position, so that each test case stays short; a variant added
+// to the registry joins one without an edit here.
+TEST_CASE("conformance with default options: registered variants 0, 4, 8, ...") {
+  check_registered([](size_t i) { return i % 4 == 0; });
 }
 
-TEST_CASE("conformance with default options: the positional patterns, routing, linear and fnet") {
-  check_registered([](const std::string& name) { return kGroups[1].count(name) > 0; });
+TEST_CASE("conformance with default options: registered variants 1, 5, 9, ...") {
+  check_registered([](size_t i) { return i % 4 == 1; });
 }
 
-TEST_CASE("conformance with default options: lsh, sinkhorn and performer") {
-  check_registered([](const std::string& name) { return kGroups[2].count(name) > 0; });
+TEST_CASE("conformance with default options: registered variants 2, 6, 10, ...") {
+  check_registered([](size_t i) { return i % 4 == 2; });
 }
 
-TEST_CASE("conformance with default options: linformer, compressed, nystrom and mixer") {
-  check_registered([](const std::string& name) { return kGroups[3].count(name) > 0; });
+TEST_CASE("conformance with default options: registered variants 3, 7, 11, ...") {
+  check_registered([](size_t i) { return i % 4 == 3; });
 }
 
-TEST_CASE("conformance with default options: every other registered variant") {
-  int64_t ran = 0;
+TEST_CASE("every built-in variant declares each capability, leaving to probing only what its options decide") {
+  // sparse_strided and sparse_fixed take a context with causal=false only; nystrom with conv = 0 only
+  const std::set<std::string> cross_by_options = {"sparse_strided", "sparse_fixed", "nystrom"};
   for (const auto& v : nn::variants()) {
-    bool grouped = false;
-    for (const auto& g : kGroups) grouped = grouped || g.count(v.schema.name) > 0;
-    if (grouped || v.schema.name == "defective") continue;  // the test variant below
+    if (registered_by_tests(v.schema.name)) continue;
     CAPTURE(v.schema.name);
-    conforms(v.schema.name, options_for(v.schema.name));
-    ++ran;
+    for (const auto& [feature, support] : v.schema.capabilities.features()) {
+      CAPTURE(feature);
+      CHECK((support != nn::Support::probe || (feature == "cross" && cross_by_options.count(v.schema.name))));
+    }
   }
-  CHECK(ran == 0);  // every built-in variant is in a group above
 }
 
 // The checks that move masked, future and other documents' inputs, on every registered variant at
@@ -131,7 +138,7 @@ TEST_CASE("conformance: key masks, causal with key masks and packed rows at bloc
   int64_t ran = 0, variants = 0;
   for (const auto& v : nn::variants()) {
     const std::string name = v.schema.name;
-    if (name == "defective") continue;  // the test variant below
+    if (registered_by_tests(name)) continue;
     ++variants;
     std::set<std::string> has;
     for (const auto& o : v.schema.options) has.insert(o.name);
@@ -204,10 +211,12 @@ namespace {
 // defect chosen by the option `defect` (none passes every check).
 class Defective : public nn::MultiHeadAttention {
  public:
-  Defective(int64_t d_model, const nn::HeadConfig& c, std::string defect)
-      : MultiHeadAttention(d_model, c, true), defect(std::move(defect)) {}
+  Defective(int64_t d_model, const nn::HeadConfig& c, std::string defect, std::string name)
+      : MultiHeadAttention(d_model, c, true), defect(std::move(defect)), name(std::move(name)) {}
   nn::AttentionResult forward(const Tensor& x, const Tensor& context, const Tensor& mask, bool causal,
                               bool need_weights) override {
+    if (defect == "rejects_context" && context.defined()) fail<ValueError>("{}: takes no context", name);
+    if (defect == "rejects_causal" && causal) fail<ValueError>("{}: not causal", name);
     if (defect == "ignores_mask") return MultiHeadAttention::forward(x, context, {}, causal, need_weights);
     if (defect == "peeks_ahead") return MultiHeadAttention::forward(x, context, mask, false, need_weights);
     if (defect == "drops_causal_with_mask" && mask.defined())
@@ -224,26 +233,34 @@ class Defective : public nn::MultiHeadAttention {
   }
   std::shared_ptr<nn::Attention> prune_heads(const std::vector<int64_t>& keep) const override {
     if (defect == "unnamed_error") fail<ValueError>("cannot prune");
-    return MultiHeadAttention::prune_heads(nn::check_keep(keep, config.heads, "defective"));
+    return MultiHeadAttention::prune_heads(nn::check_keep(keep, config.heads, name.c_str()));
   }
   std::string spec() const override {
     std::string s = MultiHeadAttention::spec();  // mha(heads=..., ...)
-    return "defective(defect=" + defect + ", " + s.substr(4);
+    return name + "(defect=" + defect + ", " + s.substr(4);
   }
-  std::string defect;
+  std::string defect, name;
 };
+
+// Registers Defective as `name` with the capabilities `caps` and the default defect `defect`
+// (mha's schema otherwise). Each passes every check with its defaults, so that the loops over the
+// registry hold when the test binary runs whole.
+void register_defective_as(const std::string& name, const nn::Capabilities& caps, const std::string& defect = "none") {
+  nn::VariantSchema s = nn::MultiHeadAttention::schema();
+  s.name = name;
+  s.capabilities = caps;
+  s.options.push_back({"defect", nn::OptionType::Choice, defect, "the check this layer breaks",
+                       {"none", "ignores_mask", "peeks_ahead", "drops_causal_with_mask", "wrong_gradient",
+                        "unnamed_error", "rejects_context", "rejects_causal"}});
+  nn::register_variant({s, [name](const nn::Options& o, int64_t d) -> std::shared_ptr<nn::Attention> {
+                          return std::make_shared<Defective>(d, nn::read_head_config(o, d, o.get_int("heads")),
+                                                             o.get_choice("defect"), name);
+                        }});
+}
 
 void register_defective() {
   static const bool once = [] {
-    nn::VariantSchema s = nn::MultiHeadAttention::schema();
-    s.name = "defective";
-    s.options.push_back({"defect", nn::OptionType::Choice, "none", "the check this layer breaks",
-                         {"none", "ignores_mask", "peeks_ahead", "drops_causal_with_mask", "wrong_gradient",
-                          "unnamed_error"}});
-    nn::register_variant({s, [](const nn::Options& o, int64_t d) -> std::shared_ptr<nn::Attention> {
-                            return std::make_shared<Defective>(d, nn::read_head_config(o, d, o.get_int("heads")),
-                                                               o.get_choice("defect"));
-                          }});
+    register_defective_as("defective", nn::Capabilities::all());
     return true;
   }();
   (void)once;
@@ -288,8 +305,47 @@ TEST_CASE("conformance: a user-registered variant is checked, and each defect fa
     CAPTURE(c.name);
     CHECK(c.passed);
     if (c.name == "gradcheck") CHECK(c.detail == "skipped by the caller");
-    if (c.name == "key_mask") CHECK((c.skipped && contains(c.detail, "fnet")));
+    if (c.name == "key_mask") CHECK((c.skipped && contains(c.detail, "declares no key mask")));
   }
+}
+
+TEST_CASE("conformance: the declared capabilities decide what runs, and a declared feature the layer rejects fails") {
+  register_defective();
+  static const bool once = [] {
+    register_defective_as("undeclared", nn::Capabilities{});  // every feature probed
+    nn::Capabilities self_only = nn::Capabilities::all(), not_causal = nn::Capabilities::all();
+    self_only.cross = nn::Support::no;
+    not_causal.causal = not_causal.decoding = nn::Support::no;
+    register_defective_as("self_only", self_only);
+    register_defective_as("claims_not_causal", not_causal, "rejects_causal");
+    return true;
+  }();
+  (void)once;
+  auto result = [](const std::string& spec, const std::string& check) {
+    for (const auto& r : check::check_variant(spec))
+      if (r.name == check) return r;
+    return check::CheckResult{};
+  };
+  // declared (mha's schema): a rejected context fails, naming the declaration
+  CHECK(failures("defective(heads=2, defect=rejects_context)") == "cross");
+  CHECK(contains(result("defective(heads=2, defect=rejects_context)", "cross").detail,
+                 "declares context in its capabilities but rejects it: defective: takes no context"));
+  // not declared: the same rejection is probed and skips, with the layer's message
+  CHECK(failures("undeclared(heads=2, defect=rejects_context)").empty());
+  const auto probed = result("undeclared(heads=2, defect=rejects_context)", "cross");
+  CHECK(probed.skipped);
+  CHECK(contains(probed.detail, "takes no context: undeclared: takes no context"));
+  // declared absent: skipped without trying, although the layer would pass
+  const auto absent = result("self_only(heads=2)", "cross");
+  CHECK(absent.skipped);
+  CHECK(contains(absent.detail, "declares no cross-attention"));
+  // an absence the layer contradicts (causal declared absent, and accepted) fails the build check
+  CHECK(failures("claims_not_causal(heads=2)").empty());
+  const auto contradicted = check::check_variant("claims_not_causal(heads=2, defect=none)");
+  REQUIRE(contradicted.size() == 1);
+  CHECK_FALSE(contradicted[0].passed);
+  CHECK(contains(contradicted[0].detail, "declares no causal in its capabilities, but forward(..., causal=true) runs"));
+  CHECK(nn::variant_registration_errors().empty());
 }
 
 TEST_CASE("attnlab check prints one line per check; exit 0 all pass, 1 a failure, 2 a bad spec") {

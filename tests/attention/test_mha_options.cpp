@@ -262,6 +262,17 @@ TEST_CASE("mha options: parameter names and shapes, and spec strings") {
     CHECK(pinned.find("mha(heads=") == 0);
     CHECK_NOTHROW(make_attention(pinned, 8)->load_state_dict(b->state_dict()));
   }
+  // Pinned slopes print so they parse back: a number never carries the '+' of the list separator.
+  for (std::string slopes : {"1e21+0.5", "0.25+1e-07", "3e300+0.125", "1.5e21+2e22"}) {
+    CAPTURE(slopes);
+    auto pinned = std::dynamic_pointer_cast<MultiHeadAttention>(
+        make_attention("mha(heads=2, alibi=true, alibi_slopes=" + slopes + ")", 8));
+    REQUIRE(pinned);
+    auto back = std::dynamic_pointer_cast<MultiHeadAttention>(make_attention(pinned->spec(), 8));
+    REQUIRE(back);
+    CHECK(back->slopes() == pinned->slopes());
+    CHECK(back->spec() == pinned->spec());
+  }
   const std::string all = make_attention("mha(heads=4, kv_heads=2, alibi=true, softcap=30, rope=true)", 8)->spec();
   CHECK(all.find("kv_heads=2") != std::string::npos);
   CHECK(all.find("softcap=30") != std::string::npos);
@@ -280,7 +291,12 @@ TEST_CASE("mha options: bad values are ValueErrors naming the option, the value 
            {"mha(heads=2, softcap=-1)", "softcap=-1", "c >= 0"},
            {"mha(heads=2, score=sparsemax)", "score=sparsemax", "softmax, sigmoid, softpick"},
            {"mha(heads=2, sigmoid_bias=1)", "sigmoid_bias=1", "score=sigmoid only"},
-           {"mha(heads=2, score=softpick, softpick_eps=-1)", "softpick_eps=-1", ">= 0"},
+           {"mha(heads=2, score=softpick, softpick_eps=-1)", "softpick_eps=-1", "eps > 0"},
+           {"mha(heads=2, score=softpick, softpick_eps=0)", "softpick_eps=0", "eps > 0"},
+           {"mha(heads=2, gate_temperature=-1)", "gate_temperature=-1", "gate=hard_concrete"},
+           {"mha(heads=2, gate_gamma=5)", "gate_gamma=5", "gate=hard_concrete"},
+           {"mha(heads=2, gate_zeta=0.5)", "gate_zeta=0.5", "gate=hard_concrete"},
+           {"mha(heads=2, gate_init=1)", "gate_init=1", "gate=hard_concrete"},
            {"mha(heads=2, rope_base=100)", "rope_base=100", "rope=true"},
            {"mha(heads=2, rope=true, rope_base=0)", "rope_base=0", "> 0"},
            {"mha(heads=2, alibi=true, alibi_slopes=0.5)", "alibi_slopes=0.5", "one slope per head (2)"},
@@ -429,4 +445,15 @@ TEST_CASE("docs/attention.md: the mha options example compiles and runs") {
   CHECK(first.shape() == Dims{2, 4, 64});
   CHECK(cache->numel() == 2 * 2 * 16 * (8 + 8));
   CHECK(allclose(first, narrow(attn->forward(x, {}, {}, true).output, 1, 0, 4), 1e-4, 1e-5));
+}
+
+TEST_CASE("mha's score option: parsed once into a ScoreFunction, printed back by name") {
+  for (nn::ScoreFunction f : {nn::ScoreFunction::Softmax, nn::ScoreFunction::Sigmoid, nn::ScoreFunction::Softpick})
+    CHECK(nn::parse_score(nn::score_name(f)) == f);
+  CHECK_THROWS_WITH_AS(nn::parse_score("relu"),
+                       doctest::Contains("mha: score relu is not a score function (allowed: softmax, sigmoid, softpick)"),
+                       ValueError);
+  CHECK(nn::make_attention("mha(heads=2, score=softpick)", 8)->spec().find("score=softpick, softpick_eps=") !=
+        std::string::npos);
+  CHECK(nn::make_attention("mha(heads=2)", 8)->spec().find("score") == std::string::npos);  // softmax: the default
 }

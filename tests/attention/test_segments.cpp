@@ -3,7 +3,6 @@
 // patterns on the fused kernel; talking_heads and collaborative through the default segment mask),
 // equals forward with the dense segment mask in output and gradients, passes gradcheck, and every
 // registered variant either takes segment ids or rejects them with a ValueError naming it.
-#include <set>
 
 #include "autograd/grad_helpers.hpp"
 #include "helpers.hpp"
@@ -127,8 +126,7 @@ TEST_CASE("need_weights with segment ids: probabilities are zero across segments
   }
 }
 
-TEST_CASE("every registered variant takes segment ids or rejects them with a ValueError naming it") {
-  const std::set<std::string> rejecting = {"fnet", "mixer", "linformer", "compressed", "nystrom", "sinkhorn", "retention"};
+TEST_CASE("every registered variant takes segment ids or, declaring none, rejects them with a ValueError naming it") {
   const int64_t D = 8, N = 16;  // bigbird needs a multiple of its block (16)
   const Tensor ids = segments_of({{6, 10}, {16}});
   Generator g(65);
@@ -144,8 +142,9 @@ TEST_CASE("every registered variant takes segment ids or rejects them with a Val
       attn = nn::make_attention(name, D);  // no heads option (fnet, mixer)
     }
     attn->eval();
-    const bool causal = name == "retention";  // causal only
-    if (rejecting.count(name)) {
+    const nn::Capabilities& caps = v.schema.capabilities;
+    const bool causal = caps.causal_only;
+    if (caps.segments == nn::Support::no) {
       CHECK_THROWS_AS(attn->forward_packed(x, ids, {}, causal), ValueError);
       const std::string e = error_of([&] { attn->forward_packed(x, ids, {}, causal); });
       CHECK(e.rfind(name + ": segment_ids", 0) == 0);

@@ -82,8 +82,17 @@ void check_every_head(const fs::path& run, const json& j, int layers, int heads)
       CHECK(e["importance"].is_number());
       CHECK(e["relevance"].is_number());
       CHECK_FALSE(e["role"].get<std::string>().empty());
+      // Token models: previous-token and induction scores on repeated random sequences.
+      CHECK(e["previous_token_mass"].is_number());
+      CHECK(e["induction_mass"].is_number());
+      CHECK(e["induction"].is_boolean());
     }
   }
+  CHECK(j["baselines"]["repeated_sequences"] == 16);
+  CHECK(j["baselines"]["induction_uniform"].get<double>() > 0);
+  CHECK(j.contains("best_induction"));
+  CHECK(md.find("| previous token | induction |") != std::string::npos);
+  CHECK(md.find("Induction (repeated random sequence): best head") != std::string::npos);
   for (const char* png : {"confidence.png", "importance.png", "relevance.png", "maps/layer1/attention_b1_h1.png"}) {
     plot::Image im = plot::read_png((run / "analysis" / png).string());
     CHECK_MESSAGE(im.width > 20, png);
@@ -272,6 +281,26 @@ TEST_CASE("viz: headless Chromium renders the map, a grid of a layer's heads, a 
   const std::regex row(R"(<tr data-run="0" data-layer=)");
   CHECK(std::distance(std::sregex_iterator(html.begin(), html.end(), row), std::sregex_iterator()) == 4);
   fs::remove_all(run);
+}
+
+TEST_CASE("viz: two LM runs side by side at the default 64 tokens label both axes of the enlarged maps") {
+  const fs::path a = tiny_run("lm", {"task.length=64", "train.batch_size=4", "eval.batches=1"}, "lm64_a");
+  const fs::path b = tiny_run("lm", {"task.length=64", "train.batch_size=4", "eval.batches=1", "seed=1"}, "lm64_b");
+  cli::VizOptions o;
+  o.run_dir = a;
+  o.other = b;
+  o.examples = 1;
+  o.out = a / "both.html";
+  std::ostringstream out, err;
+  REQUIRE_MESSAGE(cli::run_viz(o, out, err) == 0, err.str());
+  const json d = page_data(read(o.out));
+  const size_t n = d["examples"][0]["tokens"].size();
+  REQUIRE(n == 64);  // --max-tokens' default
+  const std::string html = rendered_dom(a, o.out);
+  std::smatch m;
+  REQUIRE_MESSAGE(std::regex_search(html, m, std::regex(R"re(id="status"[^>]*data-labels="(\d+)")re")), html.substr(0, 2000));
+  CHECK(std::stoul(m[1]) == 2 * 2 * n);  // queries and keys, in both runs' maps
+  for (const fs::path& p : {a, b}) fs::remove_all(p);
 }
 
 TEST_CASE("analyze: associative recall measures the retrieval mass of every head") {

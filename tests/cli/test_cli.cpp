@@ -11,6 +11,7 @@
 
 #include "experiments/cli/commands.hpp"
 #include "experiments/plot/png.hpp"
+#include "experiments/runner/marked_block.hpp"
 #include "helpers.hpp"
 #include "nn/attention/registry.hpp"
 
@@ -143,6 +144,44 @@ TEST_CASE("variants lists every registered variant with its options, types and d
   CHECK(contains(bad.err, "no_such_variant"));
   CHECK(contains(bad.err, "mha"));  // lists the known ones
   CHECK(variants({"--help"}).status == 0);
+}
+
+TEST_CASE("variants shows what each variant declares it supports") {
+  const std::string lsh = variants({"lsh"}).out;
+  CHECK(contains(lsh, "  supports: causal, key_mask, query_mask, pruning, segments\n"));
+  CHECK(contains(lsh, "  lacks: cross, decoding\n"));
+  CHECK(contains(lsh, "  masked, future and other documents' inputs take part in its output\n"));
+  CHECK(contains(variants({"retention"}).out, "  supports: causal (only), key_mask, pruning, decoding\n"));
+  CHECK(contains(variants({"sparse_strided"}).out, "  probed: cross\n"));
+}
+
+// The variant tables of README.md and docs/attention.md are the registry's: rewrite them with
+// build/attnlab variants --markdown --write README.md --write docs/attention.md.
+TEST_CASE("variants --markdown: README.md and docs/attention.md hold the table the registry gives") {
+  Run table = variants({"--markdown"});
+  REQUIRE(table.status == 0);
+  CHECK(table.out.rfind("| variant | what it is | cross | causal |", 0) == 0);
+  for (const auto& v : nn::variants()) CHECK(contains(table.out, "| `" + v.schema.name + "` | "));
+  CHECK(contains(table.out, "| `retention` | " + nn::registered_schema("retention").summary + " | - | only |"));
+  for (const std::string doc : {"README.md", "docs/attention.md"}) {
+    CAPTURE(doc);
+    const std::string path = std::string(ATTNLAB_SOURCE_DIR) + "/" + doc;
+    CHECK(runner::marked_block(read_text(path), "variants", path, "the variant table") == table.out);
+  }
+  // --write replaces the block and keeps the text around it; a file without the markers is an
+  // error that changes no file
+  TempDir dir;
+  const std::string good = dir / "good.md", bare = dir / "bare.md";
+  write_text_atomic(good, "intro\n<!-- variants:begin -->\nold\n<!-- variants:end -->\nrest\n");
+  write_text_atomic(bare, "no markers\n");
+  Run failed = variants({"--markdown", "--write", good, "--write", bare});
+  CHECK(failed.status == 1);
+  CHECK(contains(failed.err, "bare.md: expected one line '<!-- variants:begin -->'"));
+  CHECK(contains(read_text(good), "old"));
+  Run wrote = variants({"--markdown", "--write", good});
+  CHECK(wrote.status == 0);
+  CHECK(read_text(good) == "intro\n<!-- variants:begin -->\n" + table.out + "<!-- variants:end -->\nrest\n");
+  CHECK(variants({"--write", good}).status != 0);  // --write needs --markdown
 }
 
 TEST_CASE("variants --params prints every parameter and buffer with shape and dtype, and totals") {

@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "cli/command_run.hpp"
-#include "experiments/catalog/models.hpp"
+#include "experiments/models/models.hpp"
 #include "experiments/cli/commands.hpp"
 #include "experiments/cli/heads_commands.hpp"
 #include "experiments/runner/trainer.hpp"
@@ -175,7 +175,8 @@ TEST_CASE("doctored CausalLM file: train.init_from refuses it before reading its
 
 TEST_CASE("doctored lm run: analyze, viz and generate refuse a config.toml or checkpoint that disagree") {
   const fs::path run = tiny_lm_run("analyze");
-  auto refused = [&](const std::string& says) {
+  // `says` follows "<file>: " in every command's error; the checkpoint unless another file is named.
+  auto refused = [&](const std::string& says, const std::string& in = "") {
     cli::AnalyzeOptions a;
     a.run_dir = run;
     a.examples = 4;
@@ -190,21 +191,29 @@ TEST_CASE("doctored lm run: analyze, viz and generate refuse a config.toml or ch
     CHECK(s1 == 1);
     CHECK(s2 == 1);
     CHECK(g.status == 1);
-    const std::string file = (run / "checkpoint.safetensors").string();
+    const std::string file = in.empty() ? (run / "checkpoint.safetensors").string() : in;
     for (const std::string& err : {e1.str(), e2.str(), g.err}) {
-      CHECK_MESSAGE(contains(err, file + ": " + says), err);
+      // config.toml's errors name its line: "<file>:<line>: <says>".
+      CHECK_MESSAGE(contains(err, in.empty() ? file + ": " + says : says), err);
+      CHECK_MESSAGE(contains(err, file), err);
     }
     CHECK(analyze_ms < 1000);
     CHECK(viz_ms < 1000);
     CHECK(generate_ms < 1000);
     MESSAGE("refused in " << analyze_ms << " ms (analyze), " << viz_ms << " ms (viz), " << generate_ms << " ms (generate)");
   };
+  // Out of the keys' ranges (docs/experiments.md, "Bounded counts"): config.toml itself is refused.
+  const std::string config = (run / "config.toml").string();
   edit_config(run, "layers = 1", "layers = 999999999");
-  refused("holds 1 blocks, but the run's config.toml gives model.layers = 999999999");
-  edit_config(run, "layers = 999999999", "layers = 1");
+  refused("model.layers = 999999999 is out of its range [1, 4096]", config);
+  edit_config(run, "layers = 999999999", "layers = 3");
+  refused("holds 1 blocks, but the run's config.toml gives model.layers = 3");
+  edit_config(run, "layers = 3", "layers = 1");
   edit_config(run, "d_model = 16", "d_model = 1000000");
+  refused("model.d_model = 1000000 is out of its range [1, 65536]", config);
+  edit_config(run, "d_model = 1000000", "d_model = 4096");
   refused("'model.tok_emb.weight' has shape");
-  edit_config(run, "d_model = 1000000", "d_model = 16");
+  edit_config(run, "d_model = 4096", "d_model = 16");
   add_block(run);
   refused("holds 2 blocks, but the run's config.toml gives model.layers = 1");
   fs::remove_all(run);

@@ -138,3 +138,77 @@ TEST_CASE("explain: bad spec, sizes and options give clear errors") {
   CHECK(help.status == 0);
   CHECK(help.out.find("Usage: attnlab explain") != std::string::npos);
 }
+
+TEST_CASE("explain --composed: mha's core as scale, scores, masked softmax and P V, each said in words") {
+  const int64_t B = 1, N = 8, D = 8, h = 2, dk = 4;
+  cli::ExplainOptions o;
+  o.composed = true;
+  o.causal = true;
+  auto r = cli::explain_attention("mha(heads=2)", D, N, B, o);
+  std::vector<std::string> core;  // the layer's own steps that compute
+  for (const auto& s : r.steps) {
+    CHECK(s.op.name != "tile_attention");
+    CHECK_FALSE(s.does.empty());
+    if (s.module == "attention" && (s.op.name == "matmul" || s.op.name == "softmax" || s.op.name == "mul"))
+      core.push_back(s.op.name);
+  }
+  CHECK(core == std::vector<std::string>{"mul", "matmul", "softmax", "matmul", "mul"});
+  int described = 0;
+  for (const auto& s : r.steps) {
+    if (s.module != "attention") continue;
+    if (s.op.name == "mul" && s.op.inputs.size() == 1) described += s.does.find("1/sqrt(dk)") != std::string::npos;
+    if (s.op.name == "matmul" && s.op.output == Dims{B, h, N, N}) described += s.does.find("Q K^T") != std::string::npos;
+    if (s.op.name == "softmax") described += s.does.find("mask and softmax") == 0;  // causal: the mask
+    if (s.op.name == "matmul" && s.op.output == Dims{B, h, N, dk}) described += s.does.find("P V") == 0;
+  }
+  CHECK(described == 4);
+  // The composed path holds the (N, N) scores and probabilities the fused kernel never builds.
+  auto fused = cli::explain_attention("mha(heads=2)", D, N, B);
+  CHECK(r.peak_bytes > fused.peak_bytes);
+  Run printed = explain({"mha(heads=2)", "--d-model", "16", "--seq", "8", "--composed"});
+  REQUIRE(printed.status == 0);
+  CHECK(printed.out.find("  does\n") != std::string::npos);
+  CHECK(printed.out.find("composed path (need_weights)") != std::string::npos);
+  CHECK(printed.out.find("softmax over the keys") != std::string::npos);
+  CHECK(printed.out.find("P V: each query's weighted average") != std::string::npos);
+}
+
+TEST_CASE("explain --decode: one step against an L-token cache; GQA and MLA shrink the cache mha reads") {
+  const int64_t D = 64, L = 64;
+  cli::ExplainOptions o;
+  o.decode = L;
+  auto mha = cli::explain_attention("mha(heads=8)", D, 0, 1, o);
+  auto gqa = cli::explain_attention("mha(heads=8, kv_heads=2)", D, 0, 1, o);
+  auto mla = cli::explain_attention("mla(heads=8, kv_rank=16, rope_size=4)", D, 0, 1, o);
+  auto ret = cli::explain_attention("retention(heads=8)", D, 0, 1, o);
+  // Cache bytes: 2 h dk, 2 g dk and r + dr float32 numbers per position; retention a fixed state.
+  CHECK(mha.cache_bytes == 2 * 8 * 8 * 4 * (L + 1));
+  CHECK(gqa.cache_bytes == 2 * 2 * 8 * 4 * (L + 1));
+  CHECK(mla.cache_bytes == (16 + 4) * 4 * (L + 1));
+  CHECK(ret.cache_bytes == 8 * 8 * 8 * 4);
+  CHECK(mha.cache_grows);
+  CHECK(mla.cache_grows);
+  CHECK_FALSE(ret.cache_grows);
+  // The step is traced: one new position's projections, then scores against the L + 1 keys.
+  bool scores = false;
+  for (const auto& s : mha.steps)
+    if (s.op.name == "matmul" && !s.op.output.empty() && s.op.output[s.op.output.size() - 1] == L + 1) {
+      scores = true;
+      CHECK(s.does.find("Q K^T") != std::string::npos);
+    }
+  CHECK(scores);
+  CHECK(mha.unknown_steps == 0);
+  CHECK(mha.flops > 2 * 8 * 8 * (L + 1));  // at least the scores' multiply-adds
+  CHECK(mha.peak_bytes > 0);
+  Run printed = explain({"mla(heads=8, kv_rank=16, rope_size=4)", "--d-model", "64", "--decode", "64"});
+  REQUIRE(printed.status == 0);
+  CHECK(printed.out.find("one decoding step: 1 new position against a cache of 64 positions") != std::string::npos);
+  CHECK(printed.out.find("cache: 5,200 bytes for 65 positions (80 bytes per position)") != std::string::npos);
+  CHECK(printed.out.find("cache bytes 0.156") != std::string::npos);  // 20 / 128 numbers per position
+  Run noseq = explain({"mha", "--d-model", "16"});
+  CHECK(noseq.status == 2);
+  CHECK(noseq.err.find("--seq N is required") != std::string::npos);
+  Run both = explain({"mha", "--d-model", "16", "--decode", "8", "--composed"});
+  CHECK(both.status == 2);
+  CHECK(both.err.find("--decode") != std::string::npos);
+}

@@ -126,7 +126,8 @@ TEST_CASE("attnlab generate: errors name what is wrong") {
   CHECK(bad_byte.err.find("0x78") != std::string::npos);
   Run too_long = generate({"--checkpoint", path, "--prompt", "ab", "--tokens", "31"});
   CHECK(too_long.status == 2);
-  CHECK(too_long.err.find("--tokens: must be in [0, 30]") != std::string::npos);
+  CHECK(too_long.err.find("--tokens: must be in [0, 30] (the context of 32 tokens minus the prompt's 2), got 31") !=
+        std::string::npos);
   Run temp = generate({"--checkpoint", path, "--temperature", "hot"});
   CHECK(temp.status == 2);
   CHECK(generate({"--checkpoint", path, "--bogus"}).status == 2);
@@ -178,4 +179,42 @@ TEST_CASE("attnlab generate: a non-finite weight or norm_eps in the checkpoint i
   save_safetensors(dir + "/layers.safetensors", weights, m);
   CHECK_THROWS_WITH_AS(nn::load_causal_lm(dir + "/layers.safetensors"),
                        doctest::Contains("metadata lm.layers must be an integer, got '99999999999999999999'"), FileError);
+}
+
+TEST_CASE("attnlab generate: the default cut to the context says so, <unk> bytes are named, cached means a cache") {
+  const std::string dir = temp_dir(), path = checkpoint(dir);
+  // No --tokens: the default 200 does not fit after the prompt in a context of 32; 30 tokens, and a note.
+  Run cut = generate({"--checkpoint", path, "--prompt", "ab"});
+  REQUIRE(cut.status == 0);
+  CHECK(cut.out.size() == 2 + 30 + 1);
+  CHECK(cut.err.find("note: sampling 30 tokens, the room the context of 32 leaves after the prompt's 2 (the default "
+                     "is 200)") != std::string::npos);
+  CHECK(cut.err.find(", cached)") != std::string::npos);  // mha keeps keys and values
+  Run given = generate({"--checkpoint", path, "--prompt", "ab", "--tokens", "5"});
+  CHECK(given.err.find("note:") == std::string::npos);
+  CHECK(generate({"--checkpoint", path, "--prompt", "ab", "--tokens", "5", "--no-cache"}).err.find(", uncached)") !=
+        std::string::npos);
+
+  // A vocabulary with <unk> (id 0): a prompt byte outside it reads as <unk>, and the note names it.
+  {
+    manual_seed(1);
+    nn::CausalLM lm(tiny_lm("mha(heads=2)", 32));
+    nn::save_causal_lm(dir + "/unk.safetensors", lm, {{"tokenizer.bytes", "00616263"}, {"tokenizer.unk", "true"}});
+  }
+  Run unk = generate({"--checkpoint", dir + "/unk.safetensors", "--prompt", "axbx", "--tokens", "3"});
+  REQUIRE(unk.status == 0);
+  CHECK(unk.out.rfind("a?b?", 0) == 0);  // <unk> prints as '?'
+  CHECK(unk.err.find("note: the prompt's bytes 0x78 are not in the vocabulary; they read as <unk> (id 0)") !=
+        std::string::npos);
+
+  // A variant without a decoding cache of its own recomputes its causal forward at each step: not "cached".
+  {
+    manual_seed(1);
+    nn::CausalLM lm(tiny_lm("longformer(heads=2)", 32));
+    nn::save_causal_lm(dir + "/nocache.safetensors", lm, {{"tokenizer.bytes", "0a616263"}, {"tokenizer.unk", "false"}});
+  }
+  Run recomputed = generate({"--checkpoint", dir + "/nocache.safetensors", "--prompt", "ab", "--tokens", "4"});
+  REQUIRE_MESSAGE(recomputed.status == 0, recomputed.err);
+  CHECK(recomputed.err.find("recomputed per token: longformer has no decoding cache") != std::string::npos);
+  CHECK(recomputed.err.find(", cached)") == std::string::npos);
 }

@@ -1,4 +1,4 @@
-// `attnlab generate` on the runner's own lm runs (catalog::load_lm_run): a run directory or its
+// `attnlab generate` on the runner's own lm runs (models::load_lm_run): a run directory or its
 // checkpoint.safetensors, the tokenizer from the run's task, and a checkpoint that does not fit
 // the run's config.toml refused with the tensor named.
 #include <filesystem>
@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "cli/command_run.hpp"
-#include "experiments/catalog/models.hpp"
+#include "experiments/models/models.hpp"
 #include "experiments/cli/commands.hpp"
 #include "helpers.hpp"
 #include "cli/lm_run.hpp"
@@ -35,7 +35,7 @@ TEST_CASE("generate: samples text from an lm run directory and from its checkpoi
   REQUIRE_MESSAGE(from_file.status == 0, from_file.err);
   CHECK(from_file.out == from_dir.out);  // same weights, same seed, cache or not
 
-  nn::LoadedLM lm = catalog::load_lm_run(dir);
+  nn::LoadedLM lm = models::load_lm_run(dir);
   CHECK(lm.model->config.max_len == 24);
   CHECK(lm.model->config.block.d_model == 16);
   CHECK(lm.metadata.at("step") == "3");

@@ -5,13 +5,16 @@
 # on it (`own check`), speaks as `own` in its help and errors, runs the project's experiment to a
 # complete run, and runs and reports the project's sweep (2 configs x 1 seed).
 # Usage: own_project.sh SOURCE_DIR BUILD_DIR [BUILD_TYPE] [EXTRA_FLAGS]
+# With ATTNLAB_PREFIX set, the example builds against the attnlab installed there instead (the
+# Debian package's test, scripts/package/test_package.sh), in BUILD_DIR/own_project.
 set -e
 src="$1"
 work="$2/own_project"
 mkdir -p "$work"
 rm -rf "$work/prefix" "$work/runs" "$work/sweep"
-cmake --install "$2" --prefix "$work/prefix" >/dev/null
-cmake -S "$src/examples/own-project" -B "$work/build" -DCMAKE_PREFIX_PATH="$work/prefix" \
+prefix="${ATTNLAB_PREFIX:-$work/prefix}"
+[ -n "$ATTNLAB_PREFIX" ] || cmake --install "$2" --prefix "$prefix" >/dev/null
+cmake -S "$src/examples/own-project" -B "$work/build" -DCMAKE_PREFIX_PATH="$prefix" \
       -DCMAKE_BUILD_TYPE="${3:-Release}" ${4:+-DCMAKE_CXX_FLAGS="$4"} ${4:+-DCMAKE_EXE_LINKER_FLAGS="$4"} >/dev/null
 cmake --build "$work/build" -j 2 >/dev/null
 own="$work/build/own"

@@ -182,3 +182,40 @@ TEST_CASE("cached and uncached generation produce identical tokens for every cac
     }
   }
 }
+
+// What each variant declares (docs/attention.md, "What a variant declares"): a variant declaring
+// decoding steps through forward_step as its causal forward runs; one declaring none refuses the
+// first step with an attnlab error naming it.
+TEST_CASE("forward_step follows each registered variant's declared decoding capability") {
+  const int64_t D = 8, N = 16;  // bigbird, lsh and sinkhorn need a multiple of their block
+  Generator gen(71);
+  Tensor x = randn({2, N, D}, gen);
+  int64_t decoding = 0;
+  for (const auto& v : nn::variants()) {
+    const std::string name = v.schema.name;
+    if (v.schema.capabilities.decoding == nn::Support::probe) continue;  // variants registered by other tests
+    CAPTURE(name);
+    std::shared_ptr<nn::Attention> attn;
+    try {
+      attn = nn::make_attention(name == "lsh" ? "lsh(heads=2, chunk=4)" : name + "(heads=2)", D);
+    } catch (const ValueError&) {
+      attn = nn::make_attention(name, D);  // no heads option (fnet, mixer)
+    }
+    attn->eval();
+    if (v.schema.capabilities.decoding == nn::Support::no) {
+      const std::string e = error_of([&] {
+        auto cache = attn->make_cache(2, N);
+        attn->forward_step(narrow(x, 1, 0, 1), *cache);
+      });
+      CHECK(e.find(name) != std::string::npos);
+      continue;
+    }
+    auto cache = attn->make_cache(2, N);
+    Tensor first = attn->forward_step(narrow(x, 1, 0, 1), *cache);  // (2, 1, D)
+    Tensor next = attn->forward_step(narrow(x, 1, 1, 2), *cache);   // (2, 2, D)
+    Tensor want = attn->forward(narrow(x, 1, 0, 3), {}, {}, true).output;  // (2, 3, D)
+    CHECK(allclose(cat({first, next}, 1), want, 1e-4, 1e-5));
+    ++decoding;
+  }
+  CHECK(decoding > 0);
+}

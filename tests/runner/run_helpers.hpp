@@ -14,7 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "experiments/catalog/models.hpp"
+#include "experiments/models/models.hpp"
 #include "experiments/runner/experiment.hpp"
 #include "experiments/runner/trainer.hpp"
 #include "helpers.hpp"
@@ -28,7 +28,7 @@ namespace attnlab::testing {
 inline void train_classifier(const runner::Config& config, runner::RunContext& ctx,
                              const std::function<void(int64_t, nn::Module&)>& before_step) {
   const runner::TaskData& task = ctx.data();
-  auto model = catalog::build_classifier(config, task);
+  auto model = models::build_classifier(config, task);
   data::DataLoader loader(task.train, config.get_int("train.batch_size"), true, uint64_t(config.get_int("seed")), true);
   runner::Trainer trainer(ctx, *model);
   trainer.add_loader("train", loader);
@@ -38,10 +38,10 @@ inline void train_classifier(const runner::Config& config, runner::RunContext& c
     return nn::cross_entropy(model->forward(b.inputs), b.targets);
   };
   trainer.evaluate = [&](int64_t) {
-    return std::map<std::string, double>{{"val_acc", catalog::evaluate_classifier(*model, task, task.val).accuracy}};
+    return std::map<std::string, double>{{"val_acc", models::evaluate_classifier(*model, task, task.val).accuracy}};
   };
   if (!trainer.fit()) return;
-  ctx.summary("val_acc", catalog::evaluate_classifier(*model, task, task.val).accuracy);
+  ctx.summary("val_acc", models::evaluate_classifier(*model, task, task.val).accuracy);
 }
 
 // A temporary directory named after the test and the process, removed if it exists.

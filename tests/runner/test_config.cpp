@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "experiments/runner/config.hpp"
+#include "experiments/runner/config_diff.hpp"
 #include "helpers.hpp"
 
 using namespace attnlab;
@@ -177,4 +178,20 @@ TEST_CASE("config: merge_file names the path") {
   CHECK(error_of([&] { c.merge_file(dir.string()); }) ==
         "config: '" + dir.string() + "' is a directory, not a regular file");
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("config_differences: every differing key with both values, and what a value means when the help says") {
+  Schema s;
+  s.add("task.length", int64_t(0), "sequence length, 0 = the task's default (listops 128)")
+      .add("train.lr", 3e-3, "learning rate")
+      .add("model.attention", "mha", "attention spec");
+  Config a(s), b(s);
+  CHECK(config_differences(a, b, "run directory", "now").empty());
+  a.set("task.length=64");
+  b.set("train.lr=0.01");
+  CHECK(config_differences(a, b, "run directory", "now") ==
+        "'task.length' (run directory: 64, now: 0 = the task's default), 'train.lr' (run directory: 0.003, now: 0.01)");
+  // "0 = ..." is not read into "10", nor into a value the help does not define
+  b.set("task.length=10");
+  CHECK(config_differences(a, b, "x", "y").find("'task.length' (x: 64, y: 10)") == 0);
 }

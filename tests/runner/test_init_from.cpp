@@ -23,7 +23,7 @@ const bool registered = register_experiment({
     .schema = [] {
       Schema s;
       add_task_keys(s, "recall");
-      catalog::add_model_keys(s, {.attention = "mha(heads=4)", .d_model = 16, .layers = 1, .ffn_hidden = 32});
+      models::add_model_keys(s, {.attention = "mha(heads=4)", .d_model = 16, .layers = 1, .ffn_hidden = 32});
       add_train_keys(s, {.steps = 6, .batch_size = 16, .lr = 3e-3, .warmup = 2, .eval_every = 0, .log_every = 2});
       return s;
     }(),

@@ -4,7 +4,7 @@
 #include "catalog_run.hpp"
 #include "experiments/analysis/ngram.hpp"
 #include "experiments/runner/task.hpp"
-#include "experiments/catalog/models.hpp"
+#include "experiments/models/models.hpp"
 #include "helpers.hpp"
 
 using namespace attnlab;
@@ -37,7 +37,7 @@ TEST_CASE("lm model.positions = none: no pos_emb in the checkpoint, evaluated at
   CHECK(long_bpc > 0);
   CHECK(long_bpc != m["val_bpc"].get<double>());  // other windows
   CHECK(m["eval_context"].get<double>() == 96.0);
-  catalog::LoadedRun run = catalog::load_run(dir);
+  models::LoadedRun run = models::load_run(dir);
   auto& lm = dynamic_cast<nn::CausalLM&>(*run.model);
   CHECK(lm.config.positions == "none");
   CHECK(!lm.pos_emb);
@@ -60,11 +60,11 @@ TEST_CASE("lm: bad model.positions and eval.context values are errors naming the
   CHECK_FALSE(std::filesystem::exists(b));
   const auto c = fresh_run_dir("lm_positions", "negative");
   CHECK(tiny_lm(c, {"eval.context=-1"}, &console) == runner::kExitUsage);
-  CHECK(console.find("eval.context must be >= 0 (0 = off), got -1 (from --set)") != std::string::npos);
+  CHECK(console.find("--set: eval.context = -1 is out of its range [0, 1048576]") != std::string::npos);
   CHECK_FALSE(std::filesystem::exists(c));
   const auto d = fresh_run_dir("lm_positions", "too_long");
-  CHECK(tiny_lm(d, {"model.positions=none", "eval.context=100000000"}, &console) != 0);
-  CHECK(console.find("eval.context = 100000000 (from --set) needs more than the") != std::string::npos);
+  CHECK(tiny_lm(d, {"model.positions=none", "eval.context=1000000"}, &console) != 0);
+  CHECK(console.find("eval.context = 1000000 (from --set) needs more than the") != std::string::npos);
   for (const auto& dir : {a, b, c, d}) std::filesystem::remove_all(dir);
 }
 

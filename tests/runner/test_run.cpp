@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "experiments/catalog/models.hpp"
+#include "experiments/models/models.hpp"
 #include "experiments/runner/experiment.hpp"
 #include "experiments/runner/trainer.hpp"
 #include "runner/run_helpers.hpp"
@@ -32,7 +32,7 @@ const bool registered = register_experiment({
     .schema = [] {
       Schema s;
       add_task_keys(s, "recall");
-      catalog::add_model_keys(s, {.attention = "mha(heads=2, attn_dropout=0.1)", .d_model = 16, .layers = 1, .ffn_hidden = 32,
+      models::add_model_keys(s, {.attention = "mha(heads=2, attn_dropout=0.1)", .d_model = 16, .layers = 1, .ffn_hidden = 32,
                                   .dropout = 0.1});
       add_train_keys(s, {.steps = 30, .batch_size = 16, .lr = 3e-3, .warmup = 5, .eval_every = 5, .log_every = 3,
                          .checkpoint_every = 4});
@@ -287,7 +287,7 @@ TEST_CASE("catalog: every preset resolves, and load_run rebuilds a run's model")
     for (const auto& [preset, text] : e->presets) CHECK_NOTHROW(resolve_config(*e, preset, "", {}));
   fs::path dir = fresh_dir("load");
   REQUIRE(run(dir, {"train.steps=3"}).status == kExitComplete);
-  auto loaded = catalog::load_run(dir);
+  auto loaded = models::load_run(dir);
   CHECK(loaded.step == 3);
   TensorMap ck = load_safetensors((dir / "checkpoint.safetensors").string());
   for (auto& [name, t] : loaded.model->state_dict()) CHECK_MESSAGE(bitwise_equal(t, ck.at("model." + name)), name);

@@ -7,7 +7,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "experiments/catalog/models.hpp"
+#include "experiments/models/models.hpp"
 #include "experiments/runner/experiment.hpp"
 #include "experiments/runner/sweep.hpp"
 #include "runner/run_helpers.hpp"
@@ -64,10 +64,10 @@ TEST_CASE("run: a complete run asked with another config is refused, naming ever
   CHECK(same.status == kExitComplete);
   CHECK(has(same.console, "nothing to do"));
 
-  RunResult changed = run_example(dir, {"task.train_size=256", "model.layers=2", "train.lr=0.01"});
+  RunResult changed = run_example(dir, {"task.train_size=256", "model.layers=3", "train.lr=0.01"});
   CHECK(changed.status == kExitUsage);
   CHECK(has(changed.console, "holds a complete run of another config"));
-  CHECK(has(changed.console, "'model.layers' (run directory: 1, now: 2)"));
+  CHECK(has(changed.console, "'model.layers' (run directory: 2, now: 3)"));
   CHECK(has(changed.console, "'train.lr' (run directory: 0.003, now: 0.01)"));
   CHECK(has(changed.console, "--force"));
 

@@ -19,6 +19,7 @@
 
 #include "experiments/runner/dir_lock.hpp"
 #include "experiments/runner/store.hpp"
+#include "experiments/runner/sweep.hpp"
 #include "helpers.hpp"
 #include "tensor/io.hpp"
 
@@ -214,10 +215,27 @@ TEST_CASE("sweep: shards 0/2 and 1/2 into one directory, merged by report, equal
   CHECK(sbatch.find("#SBATCH --array=0-2") != std::string::npos);
   CHECK(sbatch.find("--shard \"$SLURM_ARRAY_TASK_ID/3\" --workers 1") != std::string::npos);
   CHECK(read(root / "slurm.log").find("sbatch ") != std::string::npos);
-  // A different sweep file into the same directory is refused: it would renumber the runs.
+  // A sweep file that changes the numbered runs' config is refused with its own exit status,
+  // by the sweep and its dry run alike.
   write_text_atomic((root / "s.toml").string(), sweep_file(21));
-  CHECK(run_attnlab({"sweep", (root / "s.toml").string(), "--out", dir.string()}, root / "other.log") != 0);
-  CHECK(read(root / "other.log").find("would renumber the runs") != std::string::npos);
+  CHECK(run_attnlab({"sweep", (root / "s.toml").string(), "--out", dir.string()}, root / "other.log") ==
+        kExitSweepConflict);
+  CHECK(read(root / "other.log").find("would change: 'train.steps'") != std::string::npos);
+  CHECK(run_attnlab({"sweep", (root / "s.toml").string(), "--out", dir.string(), "--dry-run"}, root / "dry.log") ==
+        kExitSweepConflict);
+  CHECK(read(root / "dry.log").find("would change: 'train.steps'") != std::string::npos);
+  // A seed appended (and a comment): the two new runs run as 0004 and 0005, the others are kept.
+  std::string grown = "# a third seed\n" + sweep_file(20);
+  grown.replace(grown.find("seeds = [0, 1]"), 14, "seeds = [0, 1, 2]");
+  write_text_atomic((root / "s.toml").string(), grown);
+  REQUIRE(run_attnlab({"sweep", (root / "s.toml").string(), "--out", dir.string(), "--workers", "1"}, root / "grow.log") == 0);
+  CHECK(read(root / "grow.log").find("2 runs added to the 4 that") != std::string::npos);
+  REQUIRE(run_attnlab({"report", dir.string()}, root / "log") == 0);
+  CHECK(Store(dir / "results.sqlite").complete_ids() == std::vector<int64_t>{0, 1, 2, 3, 4, 5});
+  CHECK(read(dir / "runs/0004/point.json").find("\"seed\":2") != std::string::npos);
+  CHECK(read(dir / "runs/0001/point.json").find("\"seed\":1") != std::string::npos);
+  const auto before = results(ref / "results.sqlite"), after = results(dir / "results.sqlite");
+  for (int64_t id = 0; id < 4; ++id) CHECK(after.at(id) == before.at(id));  // numbered runs untouched
   fs::remove_all(root);
 }
 

@@ -8,24 +8,16 @@
 
 #include "experiments/runner/sweep.hpp"
 #include "helpers.hpp"
+#include "runner/scratch_dir.hpp"
 #include "tensor/io.hpp"
 
 using namespace attnlab;
 using namespace attnlab::runner;
 using attnlab::testing::error_of;
+using attnlab::testing::ScratchDir;
 namespace fs = std::filesystem;
 
 namespace {
-
-// A fresh directory under the system temp dir, removed at scope exit.
-struct TempDir {
-  fs::path path = fs::temp_directory_path() / ("attnlab_sweep_files_" + std::to_string(getpid()));
-  TempDir() {
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
 
 // The text of `attnlab sweep FILE --dry-run`, or "error: ..." when it throws.
 std::string dry_run(const fs::path& file) {
@@ -58,7 +50,7 @@ TEST_CASE("every committed sweep file expands and resolves every run's config") 
 }
 
 TEST_CASE("sweep --dry-run: one line per run in expansion order, nothing launched or written") {
-  TempDir tmp;
+  ScratchDir tmp("sweep_files");
   const fs::path file = tmp.path / "two.toml";
   write_text_atomic(file.string(), "experiment = \"classify\"\nseeds = [0, 1]\n"
                                    "[grid]\n\"model.attention\" = [\"mha(heads=2)\", \"local(window=4, heads=2)\"]\n");
@@ -76,7 +68,7 @@ TEST_CASE("sweep --dry-run: one line per run in expansion order, nothing launche
 }
 
 TEST_CASE("sweep --dry-run: a bad key or an attention spec that does not build is an error naming file and run") {
-  TempDir tmp;
+  ScratchDir tmp("sweep_files");
   const fs::path bad_key = tmp.path / "bad_key.toml";
   write_text_atomic(bad_key.string(), "experiment = \"classify\"\n[grid]\n\"model.atention\" = [\"mha\"]\n");
   const std::string key_error = dry_run(bad_key);

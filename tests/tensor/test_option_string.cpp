@@ -64,8 +64,10 @@ TEST_CASE("is_identifier, parse_integer, parse_number and format_number") {
   CHECK(format_number(0.1) == "0.1");
   CHECK(format_number(1e-6) == "1e-06");
   CHECK(format_number(2.0) == "2");
+  CHECK(format_number(1e21) == "1e21");  // no '+': it is the list separator of spec options
+  CHECK(format_number(-1e300) == "-1e300");
   for (double v : {1.0 / 3, 0.999, -0.1, 1e-300, 123456789.123, std::numeric_limits<double>::max(),
-                   std::numeric_limits<double>::denorm_min(), 0.33f + 0.0}) {
+                   std::numeric_limits<double>::denorm_min(), 0.33f + 0.0, 1e21, 1e21 + 0.5, -2.5e100}) {
     CAPTURE(v);
     CHECK(parse_number(format_number(v)) == v);
   }

@@ -11,14 +11,14 @@ using namespace attnlab::runner;
 Schema cosine_recall_schema() {
   Schema s;
   add_task_keys(s, "recall");  // task.*
-  catalog::add_model_keys(s, {.attention = "cosine(heads=2)", .d_model = 32, .layers = 1, .ffn_hidden = 64});
+  models::add_model_keys(s, {.attention = "cosine(heads=2)", .d_model = 32, .layers = 1, .ffn_hidden = 64});
   add_train_keys(s, {.steps = 200, .batch_size = 32, .lr = 3e-3, .warmup = 10, .eval_every = 50});
   return s;
 }
 
 void run_cosine_recall(const Config& config, RunContext& ctx) {
   const TaskData& task = ctx.data();
-  auto model = catalog::build_classifier(config, task);
+  auto model = models::build_classifier(config, task);
   data::DataLoader loader(task.train, config.get_int("train.batch_size"), /*shuffle=*/true,
                           uint64_t(config.get_int("seed")), /*drop_last=*/true);
   Trainer trainer(ctx, *model);
@@ -28,11 +28,11 @@ void run_cosine_recall(const Config& config, RunContext& ctx) {
     return nn::cross_entropy(model->forward(b.inputs), b.targets);  // (B, C) logits vs (B) labels
   };
   trainer.evaluate = [&](int64_t) {
-    return std::map<std::string, double>{{"val_acc", catalog::evaluate_classifier(*model, task, task.val).accuracy}};
+    return std::map<std::string, double>{{"val_acc", models::evaluate_classifier(*model, task, task.val).accuracy}};
   };
   if (!trainer.fit()) return;  // stopped by a signal: checkpoint saved
-  ctx.summary("val_acc", catalog::evaluate_classifier(*model, task, task.val).accuracy);
-  ctx.summary("test_acc", catalog::evaluate_classifier(*model, task, task.test).accuracy);
+  ctx.summary("val_acc", models::evaluate_classifier(*model, task, task.val).accuracy);
+  ctx.summary("test_acc", models::evaluate_classifier(*model, task, task.test).accuracy);
   ctx.summary("steps_per_s", trainer.steps_per_second());
 }
 

@@ -18,7 +18,10 @@
 
 #include "autograd/ops.hpp"
 #include "autograd/trace.hpp"
+#include "autograd/autocast.hpp"
 #include "nn/attention/kernels/fast_tanh.hpp"
+#include "nn/attention/kernels/tile_gemm_bf16.hpp"
+#include "nn/attention/kernels/tile_scores.hpp"
 #include "tensor/kernels.hpp"
 #include "tensor/kernels/rows.hpp"
 #include "tensor/parallel.hpp"
@@ -42,6 +45,7 @@ struct Plan {
   std::vector<int64_t> qseg, kseg;        // (B N), (B M): ids of row i, key j at b N + i, b M + j
   std::vector<int64_t> qseg_lo, qseg_hi;  // (B nq)
   std::vector<int64_t> kseg_lo, kseg_hi;  // (B nk)
+  bool odd_key_starts = false;            // some computed key tile starts at an odd key row
 
   int64_t qpos(int64_t i) const { return q_pos.empty() ? i : q_pos[i]; }
   int64_t kpos(int64_t j) const { return k_pos.empty() ? j : k_pos[j]; }
@@ -167,7 +171,7 @@ std::shared_ptr<const Plan> make_plan(const TilePattern& p, int64_t B, int64_t H
           const int64_t a = std::max(P.lo[i], j0), e = std::min(P.hi[i], j1);
           useful = a < e && !(P.has_ex() && P.ex_lo[i] <= a && P.ex_hi[i] >= e);
         }
-        if (useful) P.q2k.push_back(kt);
+        if (useful) P.q2k.push_back(kt), P.odd_key_starts |= j0 % 2 != 0;
       }
     }
     P.q2k_off[t + 1] = int64_t(P.q2k.size());
@@ -182,17 +186,17 @@ std::shared_ptr<const Plan> make_plan(const TilePattern& p, int64_t B, int64_t H
   return plan;
 }
 
-// A (B, h, rows, cols) tensor whose rows BLAS reads in place: row (b, h, i) starts at
-// p + b sb + h sh + i sr, elements contiguous.
-template <class T>
-struct Rows {
-  T* p = nullptr;
-  int64_t sb = 0, sh = 0, sr = 0;
-  T* row(int64_t b, int64_t h, int64_t i) const { return p + b * sb + h * sh + i * sr; }
-};
+using tile::Rows;
+using tile::kNegInf;
+
 template <class T>
 Rows<T> rows_of(const Tensor& t, int64_t extra_offset = 0) {
   return {static_cast<T*>(t.raw_data()) + extra_offset, t.stride(0), t.stride(1), t.stride(2)};
+}
+// A (B, h, N) tensor as rows of one element.
+template <class T>
+Rows<T> scalar_rows_of(const Tensor& t) {
+  return {static_cast<T*>(t.raw_data()), t.stride(0), t.stride(1), t.stride(2)};
 }
 
 // t itself when its rows are contiguous and do not overlap, else a contiguous copy.
@@ -216,9 +220,6 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* A
     cblas_dgemm(CblasRowMajor, tA, tB, m, n, k, alpha, A, lda, B, ldb, 1.0, C, ldc);
 }
 
-template <class T>
-constexpr T kNegInf = -std::numeric_limits<T>::infinity();
-
 // Per-thread scratch that outlives the call. A task's tiles (S and dP are 128 KB each at the
 // default 128 x 256 tiles) would otherwise be allocated and page-faulted in again for every
 // task chunk: glibc serves blocks of that size with a fresh mmap. A task body never waits on
@@ -230,6 +231,14 @@ T* thread_scratch(int slot, size_t n) {
   if (buf.size() < n) buf.resize(n);
   return buf.data();
 }
+
+// The bf16 operands of one pass (tile_gemm_bf16.hpp), packed once from q, k, v (and dO), so a tile
+// product packs only its score-sized operand. Key rows are packed from even rows and, when some
+// key tile starts at an odd row, from odd rows too; query tiles start at even rows (q_tile even).
+struct Bf16Operands {
+  tile::PackedHeads q_rows, k_t, v_pairs, v_pairs_odd;                // scores, P V
+  tile::PackedHeads do_rows, v_t, do_pairs, k_pairs, k_pairs_odd, q_pairs;  // backward: dP, dV, dQ, dK
+};
 
 // Everything one call shares: sizes, the plan, and the tensors as row views.
 template <class T>
@@ -243,21 +252,58 @@ struct Ctx {
   const bool* mask = nullptr;
   std::vector<T> slopes;  // (H) ALiBi slopes, or empty
   T softcap = 0;          // 0 = off
-  bool sigmoid = false;   // TileScore::Sigmoid
-  T sigmoid_bias = 0;
-  bool softpick = false;  // TileScore::Softpick
-  T softpick_eps = 0;
-  Rows<T> C;              // softpick: each row's c = max(0, max over allowed S), rows of one element
-  std::vector<T> sinks;   // (H) sink logits, or empty
+  const Bf16Operands* bf = nullptr;  // float32 under autocast: the products in bf16, else null
 
   // The key/value head that query head h reads.
   int64_t kv(int64_t h) const { return h / (H / G); }
+
+  // The six products of a tile pair (r query rows from i0, c keys from j0), in three forms: in T
+  // through BLAS, or in bf16 from bf's packs and the tile (W) packed here.
+  //   out (r, c) = alpha Y_t X_c^T: Y the query rows i0 ... (Q for S, dO for dP), X the keys' rows
+  //   j0 ... (K, V), of width d, packed as `ys`, `xs`
+  void queries_times_keys_t(T* out, T alpha, const Rows<T>& Y, const Rows<T>& X, int64_t d,
+                            tile::PackedHeads Bf16Operands::*ys, tile::PackedHeads Bf16Operands::*xs, int64_t b,
+                            int64_t h, int64_t i0, int64_t r, int64_t j0, int64_t c) const {
+    if constexpr (std::is_same_v<T, float>)
+      if (bf) {
+        const tile::PackedHeads &y = bf->*ys, &x = bf->*xs;
+        tile::gemm_bf16(r, c, (d + 1) / 2, alpha, y.at(b, h, i0), y.ld, 1, x.at(b, kv(h), 0) + j0, x.ld, false, out, c);
+        return;
+      }
+    gemm<T>(false, true, r, c, d, alpha, Y.row(b, h, i0), Y.sr, X.row(b, kv(h), j0), X.sr, T(0), out, c);
+  }
+  //   out (r, d) += W (r, c) X_c: X the keys' rows j0 ... (V for P V, K for dQ), packed as `even`, `odd`
+  void w_times_keys(T* out, const T* W, const Rows<T>& X, int64_t d, tile::PackedHeads Bf16Operands::*even,
+                    tile::PackedHeads Bf16Operands::*odd, int64_t b, int64_t h, int64_t r, int64_t j0, int64_t c) const {
+    if constexpr (std::is_same_v<T, float>)
+      if (bf) {
+        const int64_t c2 = (c + 1) / 2;
+        uint32_t* w = thread_scratch<uint32_t>(0, r * c2);
+        tile::pack_pairs_in_rows(W, c, r, c, w, c2);
+        tile::gemm_bf16(r, d, c2, 1.0f, w, c2, 1, tile::rows_from(bf->*even, bf->*odd, b, kv(h), j0), d, true, out, d);
+        return;
+      }
+    gemm<T>(false, false, r, d, c, T(1), W, c, X.row(b, kv(h), j0), X.sr, T(1), out, d);
+  }
+  //   out (c, d) += W (r, c)^T Y_t: Y the query rows i0 ... (dO for dV, Q for dK), packed as `pairs`
+  void wt_times_queries(T* out, const T* W, const Rows<T>& Y, int64_t d, tile::PackedHeads Bf16Operands::*pairs,
+                        int64_t b, int64_t h, int64_t i0, int64_t r, int64_t c) const {
+    if constexpr (std::is_same_v<T, float>)
+      if (bf) {
+        const int64_t r2 = (r + 1) / 2;
+        uint32_t* w = thread_scratch<uint32_t>(1, r2 * c);
+        tile::pack_pairs_across_rows(W, c, r, c, w, c);
+        tile::gemm_bf16(c, d, r2, 1.0f, w, 1, c, (bf->*pairs).at(b, h, i0 / 2), d, true, out, d);
+        return;
+      }
+    gemm<T>(true, false, c, d, r, T(1), W, c, Y.row(b, h, i0), Y.sr, T(1), out, d);
+  }
 
   // S (r x c, ld c) = scale Q_t K_c^T, minus the ALiBi distances, soft-capped (F (r x c), when
   // given, gets the cap's derivative 1 - (S / c)^2), then -inf wherever the rule disallows
   // (i0 + ii, j0 + j).
   void scores(T* S, T* F, int64_t b, int64_t h, int64_t i0, int64_t r, int64_t j0, int64_t c) const {
-    gemm<T>(false, true, r, c, dk, scale, Q.row(b, h, i0), Q.sr, K.row(b, kv(h), j0), K.sr, T(0), S, c);
+    queries_times_keys_t(S, scale, Q, K, dk, &Bf16Operands::q_rows, &Bf16Operands::k_t, b, h, i0, r, j0, c);
     const Plan& p = *P;
     if (!slopes.empty()) {
       const T slope = slopes[h];
@@ -318,140 +364,42 @@ struct Ctx {
       for (int64_t j = 0; j < c; ++j) S[ii * c + j] *= tile_dropout_keep_key(key, P->kpos(j0 + j), dropout) ? inv : T(0);
     }
   }
-
-  // Scores -> probabilities in place: exp(S - lse), sigmoid(S + bias), or softpick's
-  // relu(exp(S - L) - exp(-L)) with L = c + log(sum |e| + eps) saved in the lse slot (0 for
-  // disallowed entries and empty rows).
-  void probabilities(T* S, int64_t b, int64_t h, int64_t i0, int64_t r, int64_t c) const {
-    if (sigmoid) {
-      for (int64_t a = 0; a < r * c; ++a) S[a] = S[a] == kNegInf<T> ? T(0) : T(1) / (T(1) + std::exp(-(S[a] + sigmoid_bias)));
-      return;
-    }
-    for (int64_t ii = 0; ii < r; ++ii) {
-      T* row = S + ii * c;
-      const T lse = *L.row(b, h, i0 + ii);
-      if (lse == kNegInf<T>) {
-        std::fill(row, row + c, T(0));
-        continue;
-      }
-      if (softpick) {
-        const T floor = std::exp(-lse);
-        for (int64_t j = 0; j < c; ++j) row[j] = row[j] == kNegInf<T> ? T(0) : std::max(std::exp(row[j] - lse) - floor, T(0));
-        continue;
-      }
-      for (int64_t j = 0; j < c; ++j) row[j] = tk::exp_fast(row[j] - lse);
-    }
-  }
 };
 
-template <class T>
-void forward_pass(const Ctx<T>& x) {
+// The forward pass for score policy `score` (tile_scores.hpp): per (b, h, query tile), the key
+// tiles in order, each block's scores turned into weights by the policy and multiplied into acc.
+template <class T, class Score>
+void forward_pass(const Ctx<T>& x, const Score& score) {
   const Plan& P = *x.P;
   const int64_t per_bh = P.nq, dv = x.dv;
   parallel_for(x.B * x.H * per_bh, 1, [&](int64_t t0, int64_t t1) {
-    T* const S = thread_scratch<T>(0, P.TQ * P.TK);  // (TQ, TK) scores, then probabilities
+    T* const S = thread_scratch<T>(0, P.TQ * P.TK);  // (TQ, TK) scores, then weights
     T* const acc = thread_scratch<T>(1, P.TQ * dv);  // (TQ, dv) running numerator
-    T* const mrun = thread_scratch<T>(2, P.TQ);      // (TQ) running max
+    T* const mrun = thread_scratch<T>(2, P.TQ);      // (TQ) running max (softpick: c)
     T* const lrun = thread_scratch<T>(3, P.TQ);      // (TQ) running normaliser
     int64_t blocks = 0;                              // computed (query tile, key tile) pairs, for tests
     for (int64_t task = t0; task < t1; ++task) {
       const int64_t b = task / (x.H * per_bh), h = task / per_bh % x.H, t = task % per_bh;
       const int64_t i0 = t * P.TQ, r = std::min(P.TQ, P.N - i0);
       std::fill(acc, acc + P.TQ * dv, T(0));
-      // A sink starts every row with its logit: m = sink, l = e^(sink - m) = 1. Softpick's
-      // running c = max(0, row max) starts at 0.
-      std::fill(mrun, mrun + P.TQ, x.softpick ? T(0) : x.sinks.empty() ? kNegInf<T> : x.sinks[h]);
-      std::fill(lrun, lrun + P.TQ, x.sinks.empty() ? T(0) : T(1));
+      std::fill(mrun, mrun + P.TQ, score.start_max(h));
+      std::fill(lrun, lrun + P.TQ, score.start_sum());
       for (int64_t e = P.q2k_off[t]; e < P.q2k_off[t + 1]; ++e) {
         if (P.skip(b, t, P.q2k[e])) continue;  // no shared segment: every entry disallowed
         ++blocks;
         auto [j0, j1] = P.cols(t, P.q2k[e]);
         const int64_t c = j1 - j0;
         x.scores(S, nullptr, b, h, i0, r, j0, c);  // (r, c)
-        if (x.sigmoid) {  // no normaliser: P = sigmoid(S + b), acc += (P * Z) V
-          x.probabilities(S, b, h, i0, r, c);
-          if (x.dropout > 0) x.drop(S, b, h, i0, r, j0, c);
-          gemm<T>(false, false, r, dv, c, T(1), S, c, x.V.row(b, x.kv(h), j0), x.V.sr, T(1), acc, dv);
-          continue;
-        }
-        if (x.softpick) {  // e = exp(S - c) - exp(-c): l += |e|, acc += relu(e) V, rescaled when c grows
-          for (int64_t ii = 0; ii < r; ++ii) {
-            T* row = S + ii * c;
-            const T c_new = std::max(mrun[ii], tk::max_row(row, c)), floor = std::exp(-c_new);
-            const T alpha = std::exp(mrun[ii] - c_new);
-            T l = 0;
-            for (int64_t j = 0; j < c; ++j) {
-              const T e = row[j] == kNegInf<T> ? T(0) : std::exp(row[j] - c_new) - floor;
-              l += std::abs(e);
-              row[j] = std::max(e, T(0));
-            }
-            lrun[ii] = lrun[ii] * alpha + l;
-            if (alpha != T(1))
-              for (int64_t d = 0; d < dv; ++d) acc[ii * dv + d] *= alpha;
-            mrun[ii] = c_new;
-          }
-          if (x.dropout > 0) x.drop(S, b, h, i0, r, j0, c);
-          gemm<T>(false, false, r, dv, c, T(1), S, c, x.V.row(b, x.kv(h), j0), x.V.sr, T(1), acc, dv);
-          continue;
-        }
-        for (int64_t ii = 0; ii < r; ++ii) {
-          T* row = S + ii * c;
-          const T m_new = std::max(mrun[ii], tk::max_row(row, c));
-          if (m_new == kNegInf<T>) {  // nothing allowed yet: keep the row empty, no 0 * inf
-            std::fill(row, row + c, T(0));
-            continue;
-          }
-          const T alpha = std::exp(mrun[ii] - m_new);  // 0 on the first allowed block
-          for (int64_t j = 0; j < c; ++j) row[j] = tk::exp_fast(row[j] - m_new);
-          lrun[ii] = lrun[ii] * alpha + tk::sum_row(row, c);
-          if (alpha != T(1))
-            for (int64_t d = 0; d < dv; ++d) acc[ii * dv + d] *= alpha;
-          mrun[ii] = m_new;
-        }
-        if (x.dropout > 0) x.drop(S, b, h, i0, r, j0, c);  // the normaliser l uses the undropped probabilities
-        gemm<T>(false, false, r, dv, c, T(1), S, c, x.V.row(b, x.kv(h), j0), x.V.sr, T(1), acc, dv);
+        score.block(S, r, c, mrun, lrun, acc, dv);  // (r, c) weights
+        if (x.dropout > 0) x.drop(S, b, h, i0, r, j0, c);  // the normaliser l uses the undropped weights
+        x.w_times_keys(acc, S, x.V, dv, &Bf16Operands::v_pairs, &Bf16Operands::v_pairs_odd, b, h, r, j0, c);
       }
-      for (int64_t ii = 0; ii < r; ++ii) {
-        T* out = x.O.row(b, h, i0 + ii);
-        T* lse = x.L.row(b, h, i0 + ii);
-        if (x.sigmoid) {  // no lse: the saved slot is unused
-          std::copy(acc + ii * dv, acc + (ii + 1) * dv, out);
-          *lse = T(0);
-        } else if (x.softpick) {  // O = acc / (l + eps); the lse slot keeps L = c + log(l + eps)
-          const T z = lrun[ii] + x.softpick_eps;
-          *x.C.row(b, h, i0 + ii) = mrun[ii];
-          if (z > T(0)) {
-            for (int64_t d = 0; d < dv; ++d) out[d] = acc[ii * dv + d] / z;
-            *lse = mrun[ii] + std::log(z);
-          } else {
-            std::fill(out, out + dv, T(0));
-            *lse = kNegInf<T>;
-          }
-        } else if (lrun[ii] > T(0)) {
-          const T inv = T(1) / lrun[ii];
-          for (int64_t d = 0; d < dv; ++d) out[d] = acc[ii * dv + d] * inv;
-          *lse = mrun[ii] + std::log(lrun[ii]);
-        } else {
-          std::fill(out, out + dv, T(0));
-          *lse = kNegInf<T>;
-        }
-      }
+      for (int64_t ii = 0; ii < r; ++ii)
+        score.finish(acc + ii * dv, mrun[ii], lrun[ii], dv, x.O.row(b, h, i0 + ii), x.L.row(b, h, i0 + ii), b, h,
+                     i0 + ii);
     }
     forward_blocks += blocks;
   });
-}
-
-// Softpick's dL/dS for one entry with score s (-inf: disallowed), dL/dP = dp, D = rowsum(dO * O),
-// and the row's L = c + log Z (Z = sum |e| + eps) and c. With e = exp(s - c) - exp(-c) and
-// P = relu(e) / Z:  dL/de = (dp [e > 0] - D sign(e)) / Z,  de/ds = exp(s - c), so
-// dL/ds = exp(s - L) (dp [s > 0] - D sign(s)); and through c (de/dc = -e, summed over the row):
-// dL/dc = -D eps / Z, which reaches the entry that is the row max when c > 0.
-template <class T>
-T softpick_grad(T s, T dp, T D, T lse, T cmax, T eps) {
-  if (s == kNegInf<T> || lse == kNegInf<T>) return T(0);
-  T g = std::exp(s - lse) * ((s > T(0) ? dp : T(0)) - D * T((s > T(0)) - (s < T(0))));
-  if (cmax > T(0) && s == cmax) g -= D * eps * std::exp(cmax - lse);
-  return g;
 }
 
 // dQ, dK, dV from dO (and dlse). D (B*h*N) holds rowsum(dO * O) - dlse. dQ (B, h, N, dk) and
@@ -465,11 +413,11 @@ T softpick_grad(T s, T dp, T D, T lse, T cmax, T eps) {
 //  - split, otherwise: dQ over (b, h, query tile), then dK and dV over (b, kv head, key tile),
 //    each task looping over the group's query heads and the transposed tile list (7 products
 //    per pair, but every tile is its own task).
-template <class T>
-void backward_pass(const Ctx<T>& x, const Rows<T>& dO, const T* D, const Rows<T>& dQ, const Rows<T>& dK,
+template <class T, class Score>
+void backward_pass(const Ctx<T>& x, const Score& score, const Rows<T>& dO, const T* D, const Rows<T>& dQ, const Rows<T>& dK,
                    const Rows<T>& dV, bool want_q, bool want_kv) {
   const Plan& P = *x.P;
-  const int64_t dk = x.dk, dv = x.dv, N = P.N, group = x.H / x.G;
+  const int64_t dk = x.dk, N = P.N, group = x.H / x.G;
   const bool drop = x.dropout > 0, cap = x.softcap > 0;
   struct Scratch {
     T *S, *dP, *Z, *F, *G;  // (TQ, TK) each: P then dS, dP, the dropout multipliers, the softcap
@@ -478,21 +426,21 @@ void backward_pass(const Ctx<T>& x, const Rows<T>& dO, const T* D, const Rows<T>
   auto scratch = [&] {
     const size_t tile = P.TQ * P.TK;
     return Scratch{thread_scratch<T>(0, tile), thread_scratch<T>(1, tile), thread_scratch<T>(4, drop ? tile : 0),
-                   thread_scratch<T>(5, cap ? tile : 0), thread_scratch<T>(6, x.softpick ? tile : 0)};
+                   thread_scratch<T>(5, cap ? tile : 0), thread_scratch<T>(6, Score::needs_scores ? tile : 0)};
   };
   // One tile pair (query tile t, key tile kt) of query head h: recompute P, then
-  //   gv (c, dv) += (P * Z)^T dO_t;  dS = P * (dP * Z - D)  (sigmoid: dP * Z * P (1 - P);
-  //   softpick: see softpick_grad), times F with softcap;  gq (r, dk) += dS K_c;  gk (c, dk) += dS^T Q_t
+  //   gv (c, dv) += (P * Z)^T dO_t;  dS = score.grad(P, S, dP * Z, D, ...) (softmax: P * (dP * Z - D)),
+  //   times F with softcap;  gq (r, dk) += dS K_c;  gk (c, dk) += dS^T Q_t
   // for whichever of gq, gk, gv is given (rows of width dk, dv, dk; unscaled).
   auto pair = [&](Scratch& s, int64_t b, int64_t h, int64_t t, int64_t kt, T* gq, T* gk, T* gv) {
     if (P.skip(b, t, kt)) return;  // no shared segment: every entry disallowed, nothing to add
-    const int64_t i0 = t * P.TQ, r = std::min(P.TQ, N - i0), hk = x.kv(h);
+    const int64_t i0 = t * P.TQ, r = std::min(P.TQ, N - i0);
     auto [j0, j1] = P.cols(t, kt);
     const int64_t c = j1 - j0;
     T *S = s.S, *dP = s.dP, *Z = drop ? s.Z : nullptr, *F = cap ? s.F : nullptr;
     x.scores(S, F, b, h, i0, r, j0, c);
-    if (x.softpick) std::copy(S, S + r * c, s.G);
-    x.probabilities(S, b, h, i0, r, c);  // P (r, c)
+    if constexpr (Score::needs_scores) std::copy(S, S + r * c, s.G);
+    for (int64_t ii = 0; ii < r; ++ii) score.probabilities(S + ii * c, c, *x.L.row(b, h, i0 + ii));  // P (r, c)
     if (drop) x.dropout_block(Z, b, h, i0, r, j0, c);
     if (gv) {
       const T* PZ = S;
@@ -500,26 +448,21 @@ void backward_pass(const Ctx<T>& x, const Rows<T>& dO, const T* D, const Rows<T>
         for (int64_t a = 0; a < r * c; ++a) dP[a] = S[a] * Z[a];  // P * Z, before dP needs the buffer
         PZ = dP;
       }
-      gemm<T>(true, false, c, dv, r, T(1), PZ, c, dO.row(b, h, i0), dO.sr, T(1), gv, dv);
+      x.wt_times_queries(gv, PZ, dO, x.dv, &Bf16Operands::do_pairs, b, h, i0, r, c);
     }
-    gemm<T>(false, true, r, c, dv, T(1), dO.row(b, h, i0), dO.sr, x.V.row(b, hk, j0), x.V.sr, T(0), dP, c);
+    x.queries_times_keys_t(dP, T(1), dO, x.V, x.dv, &Bf16Operands::do_rows, &Bf16Operands::v_t, b, h, i0, r, j0, c);
     const T* Db = D + (b * x.H + h) * N + i0;
     for (int64_t ii = 0; ii < r; ++ii) {
-      const T lse = *x.L.row(b, h, i0 + ii), cmax = x.softpick ? *x.C.row(b, h, i0 + ii) : T(0);
+      const T lse = *x.L.row(b, h, i0 + ii), cmax = score.row_c(b, h, i0 + ii);
       for (int64_t j = 0; j < c; ++j) {
         const int64_t at = ii * c + j;
         const T dp = drop ? dP[at] * Z[at] : dP[at];
-        if (x.sigmoid)
-          S[at] = dp * S[at] * (T(1) - S[at]);  // dS (r, c)
-        else if (x.softpick)
-          S[at] = softpick_grad(s.G[at], dp, Db[ii], lse, cmax, x.softpick_eps);
-        else
-          S[at] *= dp - Db[ii];
+        S[at] = score.grad(S[at], Score::needs_scores ? s.G[at] : T(0), dp, Db[ii], lse, cmax);  // dS (r, c)
         if (cap) S[at] *= F[at];
       }
     }
-    if (gq) gemm<T>(false, false, r, dk, c, T(1), S, c, x.K.row(b, hk, j0), x.K.sr, T(1), gq, dk);
-    if (gk) gemm<T>(true, false, c, dk, r, T(1), S, c, x.Q.row(b, h, i0), x.Q.sr, T(1), gk, dk);
+    if (gq) x.w_times_keys(gq, S, x.K, dk, &Bf16Operands::k_pairs, &Bf16Operands::k_pairs_odd, b, h, r, j0, c);
+    if (gk) x.wt_times_queries(gk, S, x.Q, dk, &Bf16Operands::q_pairs, b, h, i0, r, c);
   };
   auto scale_rows = [&](const Rows<T>& g, int64_t b, int64_t h, int64_t i0, int64_t rows, int64_t d) {
     for (int64_t i = i0; i < i0 + rows; ++i) {
@@ -591,6 +534,10 @@ void check_qkv(const Tensor& q, const Tensor& k, const Tensor& v, const char* op
 
 double scale_of(const TileOptions& o, int64_t dk) { return o.scale != 0 ? o.scale : 1.0 / std::sqrt(double(dk)); }
 
+const char* score_name(TileScore s) {
+  return s == TileScore::Sigmoid ? "sigmoid" : s == TileScore::Softpick ? "softpick" : "softmax";
+}
+
 // The options against each other and against h query heads.
 void check_options(const TileOptions& o, int64_t heads, DType dtype, const char* op) {
   if (!(o.dropout >= 0 && o.dropout < 1)) fail<ValueError>("{}: dropout must be in [0, 1), got {}", op, o.dropout);
@@ -599,25 +546,56 @@ void check_options(const TileOptions& o, int64_t heads, DType dtype, const char*
   if (!(o.softcap >= 0) || std::isinf(o.softcap))
     fail<ValueError>("{}: softcap must be a finite c >= 0 (0 = off), got {}", op, o.softcap);
   if (o.sinks.defined()) {
-    if (o.score != TileScore::Softmax) fail<ValueError>("{}: sinks need score softmax, got {}", op,
-                                                        o.score == TileScore::Sigmoid ? "sigmoid" : "softpick");
+    if (o.score != TileScore::Softmax) fail<ValueError>("{}: sinks need score softmax, got {}", op, score_name(o.score));
     if (o.sinks.dim() != 1 || o.sinks.size(0) != heads)
       fail<ShapeError>("{}: sinks must be (h) = ({}), got {}", op, heads, to_string(o.sinks.shape()));
     if (o.sinks.dtype() != dtype)
       fail<DTypeError>("{}: sinks must have the dtype of q, {}, got {}", op, dtype_name(dtype), dtype_name(o.sinks.dtype()));
   }
   if (o.score != TileScore::Softmax && o.need_lse)
-    fail<ValueError>("{}: score {} has no lse (need_lse)", op, o.score == TileScore::Sigmoid ? "sigmoid" : "softpick");
-  if (!(o.softpick_eps >= 0)) fail<ValueError>("{}: softpick_eps must be >= 0, got {}", op, o.softpick_eps);
+    fail<ValueError>("{}: score {} has no lse (need_lse)", op, score_name(o.score));
+  if (!(o.softpick_eps > 0)) fail<ValueError>("{}: softpick_eps must be > 0, got {}", op, o.softpick_eps);
 }
 
 }  // namespace
 
 namespace {
-// The FLOPs the op stands for, counted like the composed formula over the allowed pairs only
-// (attnlab explain, autograd/trace.hpp): per pair 2 dk (score), 5 (softmax), 2 dv (P V). The
-// user mask is not read, so masked-out pairs inside the bands still count.
-int64_t pattern_flops(const TilePattern& p, int64_t batch_heads, int64_t n, int64_t m, int64_t dk, int64_t dv) {
+// q, k, v or dO (B, heads, n, >= d; rows contiguous), its first d columns packed for every head.
+tile::PackedHeads pack(const Tensor& t, int64_t d, tile::PackKind kind) {
+  return tile::pack_heads(static_cast<const float*>(t.raw_data()), t.stride(0), t.stride(1), t.stride(2), t.size(0),
+                          t.size(1), t.size(2), d, kind);
+}
+
+Bf16Operands forward_operands(const Tensor& q, const Tensor& k, const Tensor& v, bool odd_key_starts) {
+  using tile::PackKind;
+  Bf16Operands o;
+  o.q_rows = pack(q, q.size(3), PackKind::InRows);
+  o.k_t = pack(k, k.size(3), PackKind::InRowsT);
+  o.v_pairs = pack(v, v.size(3), PackKind::AcrossRows);
+  if (odd_key_starts) o.v_pairs_odd = pack(v, v.size(3), PackKind::AcrossRowsShifted);
+  return o;
+}
+
+// dO (B, h, N, dv [+ 1]): the lse column, when there, is not a product's operand.
+Bf16Operands backward_operands(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dO,
+                               bool odd_key_starts) {
+  using tile::PackKind;
+  Bf16Operands o;
+  const int64_t dk = q.size(3), dv = v.size(3);
+  o.q_rows = pack(q, dk, PackKind::InRows);
+  o.k_t = pack(k, dk, PackKind::InRowsT);
+  o.do_rows = pack(dO, dv, PackKind::InRows);
+  o.v_t = pack(v, dv, PackKind::InRowsT);
+  o.do_pairs = pack(dO, dv, PackKind::AcrossRows);
+  o.k_pairs = pack(k, dk, PackKind::AcrossRows);
+  if (odd_key_starts) o.k_pairs_odd = pack(k, dk, PackKind::AcrossRowsShifted);
+  o.q_pairs = pack(q, dk, PackKind::AcrossRows);
+  return o;
+}
+
+// The (query row, key) pairs the bands allow, per (b, h). The user mask is not read, so
+// masked-out pairs inside the bands still count.
+int64_t pattern_pairs(const TilePattern& p, int64_t n, int64_t m) {
   int64_t pairs = 0;
   for (int64_t i = 0; i < n; ++i) {
     const int64_t lo = std::clamp<int64_t>(p.lo[i], 0, m), hi = std::clamp<int64_t>(p.hi[i], lo, m);
@@ -625,7 +603,13 @@ int64_t pattern_flops(const TilePattern& p, int64_t batch_heads, int64_t n, int6
     if (!p.ex_lo.empty()) row -= std::max<int64_t>(0, std::min(hi, p.ex_hi[i]) - std::max(lo, p.ex_lo[i]));
     pairs += row;
   }
-  return batch_heads * pairs * (2 * dk + 5 + 2 * dv);
+  return pairs;
+}
+
+// The FLOPs the op stands for, counted like the composed formula over the allowed pairs only
+// (attnlab explain, autograd/trace.hpp): per pair 2 dk (score), 5 (softmax), 2 dv (P V).
+int64_t pattern_flops(const TilePattern& p, int64_t batch_heads, int64_t n, int64_t m, int64_t dk, int64_t dv) {
+  return batch_heads * pattern_pairs(p, n, m) * (2 * dk + 5 + 2 * dv);
 }
 }  // namespace
 
@@ -647,29 +631,48 @@ TileAttentionResult tile_attention(const Tensor& q0, const Tensor& k0, const Ten
   const Tensor cmax = opt.score == TileScore::Softpick ? Tensor::empty({B, H, N}, dt) : Tensor();  // (B, h, N) softpick's c
   auto make_ctx = [=](auto tag, const Tensor& res, const Tensor& lse) {
     using T = decltype(tag);
-    Ctx<T> x{plan.get(), B, H, G, dk, dv, T(scale), opt.dropout, opt.seed,
-             rows_of<T>(q), rows_of<T>(k), rows_of<T>(v), rows_of<T>(res), {}, nullptr, {}, T(0), false, T(0), false, T(0), {}, {}};
-    x.slopes.assign(opt.alibi.begin(), opt.alibi.end());
-    x.softcap = T(opt.softcap);
-    x.sigmoid = opt.score == TileScore::Sigmoid;
-    x.sigmoid_bias = T(opt.sigmoid_bias);
-    x.softpick = opt.score == TileScore::Softpick;
-    x.softpick_eps = T(opt.softpick_eps);
-    if (cmax.defined()) x.C = {static_cast<T*>(cmax.raw_data()), cmax.stride(0), cmax.stride(1), cmax.stride(2)};
-    if (sinks.defined()) x.sinks.assign(sinks.data<T>(), sinks.data<T>() + H);
-    if (lse.defined())
-      x.L = {static_cast<T*>(lse.raw_data()), lse.stride(0), lse.stride(1), lse.stride(2)};
-    else
-      x.L = rows_of<T>(res, dv);  // column dv of the packed result
-    if (plan->mask.defined()) x.mask = static_cast<const bool*>(plan->mask.raw_data());
-    return x;
+    return Ctx<T>{
+        .P = plan.get(), .B = B, .H = H, .G = G, .dk = dk, .dv = dv,
+        .scale = T(scale), .dropout = opt.dropout, .seed = opt.seed,
+        .Q = rows_of<T>(q), .K = rows_of<T>(k), .V = rows_of<T>(v), .O = rows_of<T>(res),
+        .L = lse.defined() ? scalar_rows_of<T>(lse) : rows_of<T>(res, dv),  // or column dv of the packed result
+        .mask = plan->mask.defined() ? static_cast<const bool*>(plan->mask.raw_data()) : nullptr,
+        .slopes = std::vector<T>(opt.alibi.begin(), opt.alibi.end()),
+        .softcap = T(opt.softcap)};
   };
-  dispatch_floating(dt, "tile_attention", [&](auto tag) { forward_pass(make_ctx(tag, result, lse_store)); });
+  // Calls f with the score policy of opt.score (tile_scores.hpp).
+  auto with_score = [=](auto tag, auto&& f) {
+    using T = decltype(tag);
+    switch (opt.score) {
+      case TileScore::Sigmoid:
+        return f(tile::SigmoidScore<T>{.bias = T(opt.sigmoid_bias)});
+      case TileScore::Softpick:
+        return f(tile::SoftpickScore<T>{.eps = T(opt.softpick_eps), .C = scalar_rows_of<T>(cmax)});
+      case TileScore::Softmax:
+        break;
+    }
+    return f(tile::SoftmaxScore<T>{
+        .sinks = sinks.defined() ? std::vector<T>(sinks.data<T>(), sinks.data<T>() + H) : std::vector<T>()});
+  };
+  // Under autocast the products run in bf16 (float32 sums) where the rows have enough keys to pay
+  // for the packing (tile_gemm_bf16.hpp, the size rule); the backward follows the forward.
+  const bool bf16 = tile_attention_runs_bf16(dt, opt) &&
+                    pattern_pairs(pattern, N, M) >= tile::bf16_min_keys_per_row() * N;
+  dispatch_floating(dt, "tile_attention", [&](auto tag) {
+    auto x = make_ctx(tag, result, lse_store);
+    Bf16Operands ops;
+    if (bf16) {
+      ops = forward_operands(q, k, v, plan->odd_key_starts);
+      x.bf = &ops;
+    }
+    with_score(tag, [&](const auto& score) { forward_pass(x, score); });
+  });
 
   const bool need_lse = opt.need_lse;
   Tensor saved = result.detach();
   const bool has_sinks = sinks.defined();
-  auto backward = [q, k, v, saved, lse_store, plan, make_ctx, need_lse, has_sinks, B, H, G, N, dk, dv, M](
+  const Tensor saved_sinks = sinks;
+  auto backward = [q, k, v, saved, lse_store, plan, make_ctx, with_score, saved_sinks, need_lse, has_sinks, bf16, B, H, G, N, dk, dv, M](
                       const Tensor& g0, const Tensor&, const Node& node) {
     const bool want_q = node.needs_grad(0), want_kv = node.needs_grad(1) || node.needs_grad(2);
     const bool want_sinks = has_sinks && node.needs_grad(3);
@@ -683,6 +686,11 @@ TileAttentionResult tile_attention(const Tensor& q0, const Tensor& k0, const Ten
       using T = decltype(tag);
       Ctx<T> x = make_ctx(tag, saved, lse_store);
       Rows<T> dO = rows_of<T>(g);
+      Bf16Operands ops;
+      if (bf16) {
+        ops = backward_operands(q, k, v, g, plan->odd_key_starts);
+        x.bf = &ops;
+      }
       // D_i = rowsum(dO_i * O_i) - dlse_i: the softmax backward's row term, with lse's own
       // gradient folded in (d lse_i / d S_ij = P_ij).
       std::vector<T> D(B * H * N);
@@ -697,13 +705,17 @@ TileAttentionResult tile_attention(const Tensor& q0, const Tensor& k0, const Ten
         }
       });
       Rows<T> none;
-      backward_pass(x, dO, D.data(), want_q ? rows_of<T>(dq) : none, want_kv ? rows_of<T>(dkt) : none,
-                    want_kv ? rows_of<T>(dvt) : none, want_q, want_kv);
+      with_score(tag, [&](const auto& score) {
+        backward_pass(x, score, dO, D.data(), want_q ? rows_of<T>(dq) : none, want_kv ? rows_of<T>(dkt) : none,
+                      want_kv ? rows_of<T>(dvt) : none, want_q, want_kv);
+      });
       if (want_sinks) {  // d sink_h = -sum_{b, i} e^(sink_h - lse_i) D_i (the sink's probability times D)
+        const Tensor sinks = tk::contiguous(saved_sinks);  // (h)
+        const T* sk = sinks.data<T>();
         T* ds = dsinks.data<T>();
         for (int64_t b = 0; b < B; ++b)
           for (int64_t h = 0; h < H; ++h)
-            for (int64_t i = 0; i < N; ++i) ds[h] -= std::exp(x.sinks[h] - *x.L.row(b, h, i)) * D[(b * H + h) * N + i];
+            for (int64_t i = 0; i < N; ++i) ds[h] -= std::exp(sk[h] - *x.L.row(b, h, i)) * D[(b * H + h) * N + i];
       }
     });
     Grads grads{dq, node.needs_grad(1) ? dkt : Tensor(), node.needs_grad(2) ? dvt : Tensor()};
@@ -726,6 +738,11 @@ TileAttentionResult tile_attention(const Tensor& q0, const Tensor& k0, const Ten
 }
 
 int64_t tile_attention_forward_blocks() { return forward_blocks.load(); }
+
+bool tile_attention_runs_bf16(DType dtype, const TileOptions& options) {
+  return dtype == kFloat32 && AutocastMode::is_enabled() && options.q_tile % 2 == 0 &&
+         tile::bf16_tile_products_available();
+}
 
 TilePattern dense_tile_pattern(int64_t n, int64_t m, bool causal, const Tensor& mask, const Tensor& segment_ids) {
   TilePattern pattern;

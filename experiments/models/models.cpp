@@ -1,5 +1,5 @@
 // Model builders of the catalog (models.hpp).
-#include "experiments/catalog/models.hpp"
+#include "experiments/models/models.hpp"
 
 #include <charconv>
 #include <fstream>
@@ -12,8 +12,10 @@
 #include "experiments/runner/experiment.hpp"
 #include "nn/attention/registry.hpp"
 #include "nn/loss.hpp"
+#include "experiments/runner/file_bounds.hpp"
+#include "tensor/io.hpp"
 
-namespace attnlab::catalog {
+namespace attnlab::models {
 
 using runner::Config;
 using runner::ConfigError;
@@ -27,7 +29,12 @@ runner::Schema& add_model_keys(runner::Schema& s, const ModelDefaults& d) {
       .add("model.dropout", d.dropout, "dropout on the residual branches")
       .add("model.pooling", d.pooling, "classifiers: cls | mean")
       .add("model.heads", d.heads, "> 0 overrides the attention spec's heads option (0 = as in the spec)")
-      .add("model.key_size", d.key_size, "> 0 overrides the attention spec's key_size option (0 = as in the spec)");
+      .add("model.key_size", d.key_size, "> 0 overrides the attention spec's key_size option (0 = as in the spec)")
+      .bound("model.d_model", 1, 1 << 16)
+      .bound("model.layers", 1, 1 << 12)
+      .bound("model.ffn_hidden", 0, 1 << 20)
+      .bound("model.heads", 0, 1 << 12)
+      .bound("model.key_size", 0, 1 << 16);
 }
 
 // Numeric keys for two spec options, so that a sweep can put the head count or the key size on
@@ -171,6 +178,7 @@ Scores evaluate_classifier(nn::EncoderClassifier& model, const TaskData& task, c
   int64_t correct = 0;
   double loss_sum = 0;
   for (int64_t i = 0; i < n; i += batch) {
+    runner::stop_point();  // a stop signal is honoured between batches (RunStopped)
     const int64_t b = std::min(batch, n - i);
     Tensor x = narrow(split.inputs, 0, i, b), y = narrow(split.targets, 0, i, b);
     Tensor logits = model.forward(x, task.padding_mask(x));              // (b, C)
@@ -184,15 +192,14 @@ Scores evaluate_classifier(nn::EncoderClassifier& model, const TaskData& task, c
 namespace {
 
 // A run directory's config: the experiment named in meta.json, config.toml resolved against its schema.
-Config run_config(const std::filesystem::path& dir) {
-  std::ifstream in(dir / "meta.json");
-  if (!in) fail<FileError>("{}: cannot read (not a run directory?)", (dir / "meta.json").string());
-  std::stringstream ss;
-  ss << in.rdbuf();
-  auto meta = nlohmann::json::parse(ss.str(), nullptr, false);
+Config run_config(const std::filesystem::path& dir, std::string* experiment = nullptr) {
+  if (!std::filesystem::exists(dir / "meta.json"))
+    fail<FileError>("{}: cannot read (not a run directory?)", (dir / "meta.json").string());
+  auto meta = nlohmann::json::parse(read_text((dir / "meta.json").string(), runner::kRecordFileBound), nullptr, false);
   if (meta.is_discarded() || !meta.contains("experiment") || !meta["experiment"].is_string())
     fail<FileError>("{}: no \"experiment\" string", (dir / "meta.json").string());
   const auto& e = runner::find_experiment(meta["experiment"].get<std::string>());
+  if (experiment) *experiment = e.name;
   Config config(e.schema);
   config.merge_file((dir / "config.toml").string());
   return config;
@@ -220,26 +227,15 @@ nn::LMConfigOrigin run_origin() {
           .prefix = "model."};
 }
 
-// The run's checkpoint header against its config, before the model is built: a CausalLM's every
-// tensor (nn::check_causal_lm_header), a classifier's blocks against model.layers.
-void check_checkpoint_header(const Config& config, const TaskData& task, const Shapes& shapes, const std::string& file) {
-  if (task.language_model)
-    nn::check_causal_lm_header(shapes, lm_config(config, task), file, run_origin());
-  else
-    nn::check_block_count(shapes, config.get_int("model.layers"), file, run_origin());
-}
-
-// Every name and shape of `model` equal to the checkpoint's, or a FileError listing the first differences.
-void check_same_shapes(const nn::Module& model, const Shapes& w, const std::string& file) {
+// Every name and shape `mine` lists equal to the checkpoint's, or a FileError listing the first differences.
+void check_same_shapes(const Shapes& mine, const Shapes& w, const std::string& file) {
   std::vector<std::string> problems;
-  const TensorMap mine = model.state_dict();
-  for (const auto& [name, t] : mine) {
+  for (const auto& [name, shape] : mine) {
     auto it = w.find(name);
     if (it == w.end())
       problems.push_back(fmt::format("'model.{}' missing", name));
-    else if (it->second != t.shape())
-      problems.push_back(
-          fmt::format("'model.{}' is {}, the config builds {}", name, to_string(it->second), to_string(t.shape())));
+    else if (it->second != shape)
+      problems.push_back(fmt::format("'model.{}' is {}, the config builds {}", name, to_string(it->second), to_string(shape)));
   }
   for (const auto& [name, shape] : w)
     if (!mine.count(name)) problems.push_back(fmt::format("'model.{}' is not in the model the config builds", name));
@@ -249,10 +245,54 @@ void check_same_shapes(const nn::Module& model, const Shapes& w, const std::stri
                   fmt::format("{}", fmt::join(problems, "; ")));
 }
 
+// A classifier's checkpoint header against its config, before anything of the model's size is
+// built: the blocks against model.layers, block 0's ffn.fc1 against model.d_model and
+// model.ffn_hidden, pos_emb against the task's length, then every name and shape against the
+// classifier of one block the config builds (no larger than the file's own tensors once those
+// sizes agree), with blocks 1 .. layers-1 named and shaped like block 0.
+void check_classifier_header(const Config& config, const TaskData& task, const Shapes& shapes, const std::string& file) {
+  const int64_t layers = config.get_int("model.layers");
+  nn::check_block_count(shapes, layers, file, run_origin());
+  const nn::BlockConfig b = block_config(config);
+  const int64_t hidden = b.ffn_hidden > 0 ? b.ffn_hidden : 4 * b.d_model;
+  auto expect = [&](const std::string& name, const Dims& want, const std::string& gives) {
+    auto it = shapes.find("model." + name);
+    if (it != shapes.end() && it->second != want)
+      fail<FileError>("{}: tensor 'model.{}' is {}, but the run's config.toml gives {} (expected {})", file, name,
+                      to_string(it->second), gives, to_string(want));
+  };
+  expect("blocks.0.ffn.fc1.weight", {hidden, b.d_model},
+         fmt::format("model.d_model = {}, model.ffn_hidden = {}", b.d_model, b.ffn_hidden));
+  const int64_t positions = task.seq_len + (pooling(config) == "cls");
+  expect("pos_emb.weight", {positions, b.d_model},
+         fmt::format("model.d_model = {} and the task's length {}", b.d_model, task.seq_len));
+  Config one = config;
+  one.set_value("model.layers", int64_t(1), "check_classifier_header");
+  Shapes mine;
+  for (const auto& [name, t] : build_classifier(one, task)->state_dict()) {
+    if (!name.starts_with("blocks.0.")) {
+      mine[name] = t.shape();
+      continue;
+    }
+    for (int64_t i = 0; i < layers; ++i) mine[fmt::format("blocks.{}.{}", i, name.substr(9))] = t.shape();
+  }
+  check_same_shapes(mine, model_entries(shapes), file);
+}
+
+// The run's checkpoint header against its config, before the model is built: a CausalLM's every
+// tensor (nn::check_causal_lm_header), a classifier's (check_classifier_header).
+void check_checkpoint_header(const Config& config, const TaskData& task, const Shapes& shapes, const std::string& file) {
+  if (task.language_model)
+    nn::check_causal_lm_header(shapes, lm_config(config, task), file, run_origin());
+  else
+    check_classifier_header(config, task, shapes, file);
+}
+
 }  // namespace
 
 LoadedRun load_run(const std::filesystem::path& dir) {
-  Config config = run_config(dir);
+  std::string experiment;
+  Config config = run_config(dir, &experiment);
   TaskData task = runner::make_task(config);
   const std::string file = (dir / "checkpoint.safetensors").string();
   Metadata md;
@@ -260,17 +300,13 @@ LoadedRun load_run(const std::filesystem::path& dir) {
   check_checkpoint_header(config, task, shapes, file);
   manual_seed(uint64_t(config.get_int("seed")));
   auto model = build_model(config, task);
-  if (!task.language_model) check_same_shapes(*model, model_entries(shapes), file);
-  model->load_state_dict(model_entries(load_safetensors(file)));
+  const TensorMap all = load_safetensors(file);
+  const int64_t step = runner::checkpoint_step(file, md, all);  // an edited step is refused as resume refuses it
+  const TensorMap weights = model_entries(all);
+  nn::check_finite_weights(weights, file, "model.");  // as generate does: the tensor named, not a heatmap's NaN
+  model->load_state_dict(weights);
   model->eval();
-  int64_t step = 0;
-  if (auto it = md.find("step"); it != md.end()) {
-    const std::string& s = it->second;
-    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), step);
-    if (ec != std::errc() || end != s.data() + s.size() || step < 0)
-      fail<FileError>("{}: checkpoint metadata 'step' is \"{}\", not a non-negative integer", file, s);
-  }
-  return {std::move(config), std::move(task), model, step};
+  return {std::move(experiment), std::move(config), std::move(task), model, step};
 }
 
 nn::LoadedLM load_lm_run(const std::filesystem::path& path) {
@@ -300,4 +336,4 @@ nn::LoadedLM load_lm_run(const std::filesystem::path& path) {
   return {model, out};
 }
 
-}  // namespace attnlab::catalog
+}  // namespace attnlab::models
