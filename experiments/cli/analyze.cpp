@@ -8,6 +8,7 @@
 #include <optional>
 #include <sstream>
 
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <iostream>
 
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include <CLI/CLI.hpp>
+
 #include "attnlab.hpp"
 #include "cli.hpp"
 #include "experiments/cli/check.hpp"

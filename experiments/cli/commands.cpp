@@ -9,6 +9,7 @@
 #include <new>
 #include <stdexcept>
 
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 namespace attnlab::cli {

@@ -24,6 +24,8 @@
 #include <fstream>
 #include <iterator>
 
+#include <CLI/CLI.hpp>
+
 #include "attnlab.hpp"
 #include "experiments/cli/commands.hpp"
 #include "experiments/runner/report.hpp"

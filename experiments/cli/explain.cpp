@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <set>
 
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include "autograd/grad_mode.hpp"

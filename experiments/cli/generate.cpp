@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <optional>
 
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include "experiments/models/models.hpp"

@@ -20,7 +20,11 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
+// CLI11 is included only by the .cpp files that declare options: it is the costliest header to
+// compile (docs/testing.md, "Build time").
+namespace CLI {
+class App;
+}
 
 #include "experiments/analysis/probe.hpp"
 #include "experiments/models/models.hpp"

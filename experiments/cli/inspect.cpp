@@ -12,6 +12,7 @@
 #include <cmath>
 #include <sstream>
 
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include "autograd/grad_mode.hpp"

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <ctime>
 
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include "experiments/analysis/ngram.hpp"

@@ -9,6 +9,7 @@
 #include <vector>
 #include <iostream>
 
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include "dist/distributed.hpp"

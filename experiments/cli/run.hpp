@@ -8,7 +8,11 @@
 #include <ostream>
 #include <string>
 
-#include <CLI/CLI.hpp>
+// CLI11 is included only by the .cpp files that declare options: it is the costliest header to
+// compile (docs/testing.md, "Build time").
+namespace CLI {
+class App;
+}
 
 /// @addtogroup cli
 /// @{

@@ -8,6 +8,7 @@
 // nn::variants() and make_attention only.
 #include <algorithm>
 
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include "experiments/cli/commands.hpp"

@@ -16,6 +16,7 @@
 #include <optional>
 #include <sstream>
 
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 

@@ -75,29 +75,45 @@ inline bool same_layout(const Tensor& out, const Tensor& x) {
   return x.numel() == out.numel() && out.is_contiguous() && x.is_contiguous();
 }
 
+/// Whether map1 and map2 compile their fast paths for these element types: the contiguous
+/// path, the unit-stride and broadcast-scalar inner loops the compiler vectorises, and streaming
+/// stores. float32 (training), bfloat16 (autocast) and bool (masks) have them; float64 (gradient
+/// checks, references) and int64 (indices, token ids) run the plain strided loop alone, which
+/// stores the same values from a fraction of the generated code (the fast paths of every op
+/// for every dtype made elementwise.cpp the costliest file of the build; docs/testing.md,
+/// "Build time").
+template <class... T>
+inline constexpr bool kFastPaths = ((!std::is_same_v<T, double> && !std::is_same_v<T, int64_t>) && ...);
+
 /// out[i] = f(x[i]); out has the target shape, x is broadcast to it.
 template <class Out, class In, class F>
 void map1(const Tensor& out, const Tensor& x, F f) {
-  const bool streaming = should_stream(out, x.numel() * int64_t(sizeof(In)), out.raw_data() == x.raw_data());
-  if (same_layout(out, x)) {  // the common case, without the strided loop's set-up
-    Out* o = static_cast<Out*>(out.raw_data());
-    const In* a = static_cast<const In*>(x.raw_data());
-    parallel_for(out.numel(), kParallelGrain, [&](int64_t i0, int64_t i1) {
-      store_run(o + i0, i1 - i0, streaming, [&](int64_t i) { return Out(f(a[i0 + i])); });
-    });
-    return;
+  constexpr bool fast = kFastPaths<Out, In>;
+  if constexpr (fast) {
+    if (same_layout(out, x)) {  // the common case, without the strided loop's set-up
+      const bool streaming =
+          should_stream(out, x.numel() * int64_t(sizeof(In)), out.raw_data() == x.raw_data());
+      Out* o = static_cast<Out*>(out.raw_data());
+      const In* a = static_cast<const In*>(x.raw_data());
+      parallel_for(out.numel(), kParallelGrain, [&](int64_t i0, int64_t i1) {
+        store_run(o + i0, i1 - i0, streaming, [&](int64_t i) { return Out(f(a[i0 + i])); });
+      });
+      return;
+    }
   }
   StridedLoop<2> loop{out.shape(), {byte_strides(out, out.shape()), byte_strides(x, out.shape())}};
   loop.run({static_cast<char*>(out.raw_data()), static_cast<char*>(x.raw_data())},
            [&](std::array<char*, 2> p, std::array<int64_t, 2> s, int64_t n) {
-             Out* o = reinterpret_cast<Out*>(p[0]);
-             const In* a = reinterpret_cast<const In*>(p[1]);
-             if (s[0] == sizeof(Out) && s[1] == sizeof(In)) {
-               store_run(o, n, streaming, [&](int64_t i) { return Out(f(a[i])); });
-             } else {
-               for (int64_t i = 0; i < n; ++i)
-                 *reinterpret_cast<Out*>(p[0] + i * s[0]) = f(*reinterpret_cast<const In*>(p[1] + i * s[1]));
+             if constexpr (fast) {
+               if (s[0] == sizeof(Out) && s[1] == sizeof(In)) {
+                 Out* o = reinterpret_cast<Out*>(p[0]);
+                 const In* a = reinterpret_cast<const In*>(p[1]);
+                 for (int64_t i = 0; i < n; ++i) o[i] = Out(f(a[i]));
+                 return;
+               }
              }
+             for (int64_t i = 0; i < n; ++i)
+               *reinterpret_cast<Out*>(p[0] + i * s[0]) = f(*reinterpret_cast<const In*>(p[1] + i * s[1]));
            });
 }
 
@@ -105,37 +121,47 @@ void map1(const Tensor& out, const Tensor& x, F f) {
 template <class Out, class A, class B, class F>
 void map2(const Tensor& out, const Tensor& a, const Tensor& b, F f) {
   const Dims& sh = out.shape();
-  const bool streaming = should_stream(out, a.numel() * int64_t(sizeof(A)) + b.numel() * int64_t(sizeof(B)),
-                                       out.raw_data() == a.raw_data() || out.raw_data() == b.raw_data());
-  if (a.numel() == out.numel() && b.numel() == out.numel() && out.is_contiguous() && a.is_contiguous() &&
-      b.is_contiguous()) {  // same_layout(out, a) && same_layout(out, b), out checked once  // the common case, without the strided loop's set-up
-    Out* o = static_cast<Out*>(out.raw_data());
-    const A* x = static_cast<const A*>(a.raw_data());
-    const B* y = static_cast<const B*>(b.raw_data());
-    parallel_for(out.numel(), kParallelGrain, [&](int64_t i0, int64_t i1) {
-      store_run(o + i0, i1 - i0, streaming, [&](int64_t i) { return Out(f(x[i0 + i], y[i0 + i])); });
-    });
-    return;
+  constexpr bool fast = kFastPaths<Out, A, B>;
+  if constexpr (fast) {
+    if (a.numel() == out.numel() && b.numel() == out.numel() && out.is_contiguous() && a.is_contiguous() &&
+        b.is_contiguous()) {  // same_layout(out, a) && same_layout(out, b): the common case, no set-up
+      const bool streaming =
+          should_stream(out, a.numel() * int64_t(sizeof(A)) + b.numel() * int64_t(sizeof(B)),
+                        out.raw_data() == a.raw_data() || out.raw_data() == b.raw_data());
+      Out* o = static_cast<Out*>(out.raw_data());
+      const A* x = static_cast<const A*>(a.raw_data());
+      const B* y = static_cast<const B*>(b.raw_data());
+      parallel_for(out.numel(), kParallelGrain, [&](int64_t i0, int64_t i1) {
+        store_run(o + i0, i1 - i0, streaming, [&](int64_t i) { return Out(f(x[i0 + i], y[i0 + i])); });
+      });
+      return;
+    }
   }
   StridedLoop<3> loop{sh, {byte_strides(out, sh), byte_strides(a, sh), byte_strides(b, sh)}};
   loop.run({static_cast<char*>(out.raw_data()), static_cast<char*>(a.raw_data()), static_cast<char*>(b.raw_data())},
            [&](std::array<char*, 3> p, std::array<int64_t, 3> s, int64_t n) {
-             Out* o = reinterpret_cast<Out*>(p[0]);
-             const A* x = reinterpret_cast<const A*>(p[1]);
-             const B* y = reinterpret_cast<const B*>(p[2]);
-             if (s[0] == sizeof(Out) && s[1] == sizeof(A) && s[2] == sizeof(B)) {
-               store_run(o, n, streaming, [&](int64_t i) { return Out(f(x[i], y[i])); });
-             } else if (s[0] == sizeof(Out) && s[1] == sizeof(A) && s[2] == 0) {
-               const B yv = *y;
-               store_run(o, n, streaming, [&](int64_t i) { return Out(f(x[i], yv)); });
-             } else if (s[0] == sizeof(Out) && s[1] == 0 && s[2] == sizeof(B)) {
-               const A xv = *x;
-               store_run(o, n, streaming, [&](int64_t i) { return Out(f(xv, y[i])); });
-             } else {
-               for (int64_t i = 0; i < n; ++i)
-                 *reinterpret_cast<Out*>(p[0] + i * s[0]) = f(*reinterpret_cast<const A*>(p[1] + i * s[1]),
-                                                              *reinterpret_cast<const B*>(p[2] + i * s[2]));
+             if constexpr (fast) {
+               Out* o = reinterpret_cast<Out*>(p[0]);
+               const A* x = reinterpret_cast<const A*>(p[1]);
+               const B* y = reinterpret_cast<const B*>(p[2]);
+               if (s[0] == sizeof(Out) && s[1] == sizeof(A) && s[2] == sizeof(B)) {
+                 for (int64_t i = 0; i < n; ++i) o[i] = Out(f(x[i], y[i]));
+                 return;
+               }
+               if (s[0] == sizeof(Out) && s[1] == sizeof(A) && s[2] == 0) {  // b broadcast along the run
+                 const B yv = *y;
+                 for (int64_t i = 0; i < n; ++i) o[i] = Out(f(x[i], yv));
+                 return;
+               }
+               if (s[0] == sizeof(Out) && s[1] == 0 && s[2] == sizeof(B)) {  // a broadcast along the run
+                 const A xv = *x;
+                 for (int64_t i = 0; i < n; ++i) o[i] = Out(f(xv, y[i]));
+                 return;
+               }
              }
+             for (int64_t i = 0; i < n; ++i)
+               *reinterpret_cast<Out*>(p[0] + i * s[0]) = f(*reinterpret_cast<const A*>(p[1] + i * s[1]),
+                                                            *reinterpret_cast<const B*>(p[2] + i * s[2]));
            });
 }
 

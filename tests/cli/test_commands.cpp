@@ -14,6 +14,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include <CLI/CLI.hpp>
+
 #include "experiments/cli/commands.hpp"
 #include "experiments/cli/run.hpp"
 #include "experiments/runner/experiment.hpp"
