@@ -82,6 +82,7 @@ TEST_CASE("every command: --help prints its Usage line and exits 0, an unknown o
       {"generate", "--checkpoint lm.safetensors"},
       {"explain", "mha --d-model 8 --seq 4"},
       {"version", ""},
+      {"ngram", ""},
   };
   const std::vector<std::string> commands = listed_commands();
   CHECK(commands.size() >= required.size());

@@ -73,7 +73,7 @@ TEST_CASE("append_meta_session: a resumed process is appended as a segment, a me
   // A file without segments: its first segment from start_time and threads.
   j = nlohmann::json::parse(
       append_meta_session(R"({"start_time": "t0", "threads": 1})", "m.json", "t1", 1).text);
-  CHECK(j["segments"] == nlohmann::json::parse(R"([{"start": "t0", "threads": 1}, {"start": "t1", "threads": 1}])"));
+  CHECK(j["segments"] == nlohmann::json::parse(R"([{"start": "t0", "threads": 1}, {"start": "t1", "threads": 1, "world_size": 1}])"));
   // Segments that are not objects are kept, without a warning.
   CHECK(append_meta_session(R"({"segments": [5]})", "m.json", "t1", 1).warning.empty());
   CHECK_THROWS_WITH_AS(append_meta_session(R"({"resumed_at": 3})", "run/meta.json", "t", 1),
