@@ -239,8 +239,8 @@ CommandBody define_demo(CLI::App& cmd) {
   cmd.footer(
       "The attention shoot-out: six attention variants (mha, talking_heads, local, linear, performer,\n"
       "synthesizer) trained by the `classify` experiment on associative recall over three seeds, two\n"
-      "runs at a time (about 200 CPU seconds under OpenBLAS's SSE3 kernel: under two minutes on two\n"
-      "idle cores). Prints per variant the mean val_acc with its 95% interval and the seeds' range,\n"
+      "runs at a time (under two minutes on two idle cores, also under OpenBLAS's SSE3 fallback kernel).\n"
+      "Prints per variant the mean val_acc with its 95% interval and the seeds' range,\n"
       "steps/s and peak memory, and writes DIR/report.md with plots (bubble chart: plots/bubble.svg).\n"
       "Exit status 3: stopped by a signal; run it again.");
   return [a](std::ostream& out, std::ostream&) { return a->mlp ? mlp_demo(out) : shoot_out(*a, out); };
