@@ -474,18 +474,27 @@ Tensor weight_grad(const Tensor& a, const Tensor& g, const Tensor& b) {
   return mT(k::matmul(gt, a2.as_strided(Dims{rows, kk}, Dims{kk, 1}, 0)));  // (m, k) -> viewed (k, m)
 }
 
+// x rounded to bf16 in x's own memory order. The transposed view of a contiguous matrix (a
+// Linear's transpose(weight), a tied LM head) is converted as the matrix it views and transposed
+// back: the conversion streams through memory instead of gathering with a stride, and oneDNN
+// reads the transposed bf16 operand in place. Anything else converts to a contiguous tensor.
+Tensor to_bf16(const Tensor& x) {
+  if (x.dim() >= 2 && !x.is_contiguous() && mT(x).is_contiguous()) return mT(k::to_dtype(mT(x), kBFloat16));
+  return k::to_dtype(x, kBFloat16);
+}
+
 // matmul inside an autocast(bf16) scope (autograd/autocast.hpp): the float32 operands rounded
 // to bf16, products accumulated in float32. Backward keeps the bf16 operands and rounds the
-// float32 gradient to bf16, as torch.autocast's recorded casts do; the gradients are float32.
+// float32 gradient to bf16, as torch.autocast's recorded casts do; the gradients are float32,
+// a transposed weight's in its own layout as in float32 (weight_grad).
 Tensor matmul_autocast(const Tensor& a, const Tensor& b) {
-  Tensor a16 = k::to_dtype(a, kBFloat16), b16 = k::to_dtype(b, kBFloat16);  // (..., n, k), (..., k, m)
+  Tensor a16 = to_bf16(a), b16 = to_bf16(b);  // (..., n, k), (..., k, m)
   return record("matmul_bf16", k::matmul(a16, b16), {a, b},
                 [a16, b16](const Tensor& grad, const Tensor&, const Node& n) {
                   Tensor g16 = k::to_dtype(grad, kBFloat16);  // (..., n, m)
                   Tensor ga, gb;
                   if (n.needs_grad(0)) ga = k::matmul(g16, mT(b16));  // (..., n, m) @ (..., m, k)
-                  if (n.needs_grad(1))
-                    gb = (b16.dim() == 2 && a16.dim() > 2) ? fold_batch_weight_grad(a16, g16) : k::matmul(mT(a16), g16);
+                  if (n.needs_grad(1)) gb = weight_grad(a16, g16, b16);
                   return Grads{ga, gb};
                 });
 }

@@ -14,7 +14,7 @@
 //     nn::Attention module "mha" (projections included) on x (1, N, 512).
 //     Reports the median seconds of S steps after a warm-up step, and the peak RSS (ru_maxrss).
 //
-//   bench_attention --throughput [--lengths 4096,8192] [--reps R]
+//   bench_attention --throughput [--lengths 4096,8192] [--reps R] [--q-tile 128] [--k-tile 256]
 //     The kernel's GFLOP/s, forward only and forward + backward, against the peak of
 //     cblas_sgemm 2048 x 2048 x 2048 measured in this process with OpenBLAS set to attnlab's
 //     thread count (as bench_ops does; attnlab keeps OpenBLAS at one thread inside its own
@@ -87,6 +87,9 @@ nn::TilePattern dense_pattern(int64_t n, bool causal) {
 }
 
 // One forward + backward of the kernel or the module at length n; returns a callable step.
+// Tile sizes of the kernel path (--q-tile, --k-tile); the library's defaults unless set.
+nn::TileOptions g_tiles;
+
 struct Problem {
   std::shared_ptr<nn::Attention> layer;  // path module only
   Tensor q, k, v, x, g;
@@ -116,14 +119,14 @@ struct Problem {
       layer->zero_grad();
       x.set_grad({});
     } else {
-      Tensor o = nn::tile_attention(q, k, v, pattern).out;  // (B, h, N, dv)
+      Tensor o = nn::tile_attention(q, k, v, pattern, g_tiles).out;  // (B, h, N, dv)
       o.backward(g);
       q.set_grad({}), k.set_grad({}), v.set_grad({});
     }
   }
   void forward_only() {
     NoGradGuard no_grad;
-    Tensor o = nn::tile_attention(q, k, v, pattern).out;  // (B, h, N, dv)
+    Tensor o = nn::tile_attention(q, k, v, pattern, g_tiles).out;  // (B, h, N, dv)
   }
 };
 
@@ -317,6 +320,8 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->check(CLI::Range(int64_t(1), int64_t(1) << 30));
   app.add_option("--reps", reps, "repetitions of --throughput and --bf16")->check(CLI::Range(1, 100000));
+  app.add_option("--q-tile", g_tiles.q_tile, "the kernel path's query rows per tile")->check(CLI::Range(1, 4096));
+  app.add_option("--k-tile", g_tiles.k_tile, "the kernel path's key rows per tile")->check(CLI::Range(1, 4096));
   bench::parse_or_exit(app, argc, argv);
   try {
     if (throughput) return run_throughput(lengths, reps);

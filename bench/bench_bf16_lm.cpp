@@ -9,6 +9,7 @@
 // attention kernel ran its products in bf16 (AVX512_BF16) and OpenBLAS's kernel.
 //
 //   build/bench/bench_bf16_lm [--rounds R] [--steps S]
+//   perf record build/bench/bench_bf16_lm --profile bf16   (one form's steps only)
 //   ATTNLAB_TILE_BF16_MIN_KEYS=K build/bench/bench_bf16_lm   (the kernel's size rule at K keys per row)
 //
 // Without native bf16 (AVX512_BF16 or AMX) or without oneDNN it prints the CPU flags and "not
@@ -58,9 +59,13 @@ double step_seconds(bench::LMTraining& lm, bool bf16, bool kernel_bf16 = true) {
 
 int main(int argc, char** argv) {
   int64_t rounds = 5, steps = 5;
+  std::string profile;
   CLI::App app("bench_bf16_lm: the reference LM's training step in float32 and under bf16 autocast");
   app.add_option("--rounds", rounds, "interleaved rounds of both")->check(CLI::Range(1, 1000));
   app.add_option("--steps", steps, "timed steps per round")->check(CLI::Range(1, 100000));
+  app.add_option("--profile", profile,
+                 "only run --rounds x --steps steps of one form, untimed, for a profiler (perf record)")
+      ->check(CLI::IsMember({"float32", "bf16"}));
   bench::parse_or_exit(app, argc, argv);
   std::printf("CPU: %s\nBLAS: %s\noneDNN: %s\nthreads: %d\n", cpu_bf16_summary().c_str(), blas_description().c_str(),
               onednn_description().c_str(), num_threads());
@@ -83,6 +88,17 @@ int main(int argc, char** argv) {
     return 0;
   }
   constexpr int64_t tokens = bench::LMTraining::kBatch * bench::LMTraining::kLength;
+  if (!profile.empty()) {  // one form only: its steps are all a profiler sees
+    bench::LMTraining lm("mha(heads=8)");
+    double seconds = 0;
+    for (int64_t i = 0; i < 2 + rounds * steps; ++i) {
+      const double t = step_seconds(lm, profile == "bf16");
+      if (i >= 2) seconds += t;
+    }
+    std::printf("%s: %lld steps, %.0f tokens/s\n", profile.c_str(), (long long)(rounds * steps),
+                tokens * double(rounds * steps) / seconds);
+    return 0;
+  }
   // b16k: bf16 products with the fused attention kernel kept float32, the kernel's share of the step.
   bench::LMTraining f32("mha(heads=8)"), b16("mha(heads=8)"), b16k("mha(heads=8)");
   for (int i = 0; i < 2; ++i)  // warm-up: caches, allocator, oneDNN

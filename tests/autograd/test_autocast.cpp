@@ -71,6 +71,32 @@ TEST_CASE("autocast: matmul forward and backward match the bf16 twin and the flo
   }
 }
 
+TEST_CASE("autocast: x @ transpose(w), a Linear's product: w's gradient comes back contiguous, equal to the bf16 twin") {
+  // The transposed weight is rounded in its own memory order and its gradient computed in the
+  // weight's (out, in) layout, as in float32: .grad adopts it without a transposed copy.
+  for (const Dims& xs : {Dims{5, 16}, Dims{2, 3, 16}, Dims{2, 2, 3, 16}}) {
+    CAPTURE(to_string(xs));
+    Tensor x = leaf(xs, 11), w = leaf({6, 16}, 12);  // w: (out, in), contiguous
+    Tensor g;
+    { Generator gen(13); g = randn(kernels::matmul(x.detach(), transpose(w.detach(), 0, 1)).shape(), gen, kFloat32); }
+    AutocastGuard guard(kBFloat16, AutocastPolicy::Force);
+    Tensor y = matmul(x, transpose(w, 0, 1));  // (..., 6)
+    y.backward(g);
+    REQUIRE(w.grad().shape() == Dims{6, 16});
+    CHECK(w.grad().dtype() == kFloat32);
+    CHECK(w.grad().is_contiguous());
+    // The twin: float32 products of the rounded operands (g rounded as the gradient is).
+    const int64_t rows = x.numel() / 16;
+    Tensor xr = round_bf16(x.detach()), wr = round_bf16(w.detach()), gr = guard.bf16() ? round_bf16(g) : g;
+    if (!guard.bf16()) xr = x.detach(), wr = w.detach();
+    AutocastGuard off(kFloat32);
+    Tensor want_y = kernels::matmul(xr, transpose(wr, 0, 1));
+    Tensor want_gw = kernels::matmul(transpose(reshape(gr, {rows, 6}), 0, 1), reshape(xr, {rows, 16}));  // (6, 16)
+    CHECK(rel_norm_err(y.detach(), want_y) < 1e-5);
+    CHECK(rel_norm_err(w.grad(), want_gw) < 1e-5);
+  }
+}
+
 TEST_CASE("autocast: an MLP's loss and float32 parameter gradients stay within bf16 tolerance") {
   auto run = [](bool bf16) {
     Generator g(7);
