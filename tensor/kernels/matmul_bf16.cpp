@@ -12,7 +12,9 @@
 //
 // Without oneDNN the product is its naive twin: both operands converted to float32 (exact) and
 // multiplied by OpenBLAS. The two differ only in the order of float32 sums.
+#include <cstdlib>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <set>
 
@@ -117,9 +119,34 @@ struct Product {
     dnnl::memory::dims ad2 = ad, cd2 = cd;
     ad2[rdim] = cd2[rdim] = r1 - r0;
     dnnl::memory::desc amd(ad2, dt::bf16, as), bmd(bd, dt::bf16, bs), cmd(cd2, dt::f32, cs);
-    return dnnl::matmul::primitive_desc(dnnl::matmul::desc(amd, bmd, cmd), engine());  // the oneDNN 2.x API
+    dnnl::primitive_attr attr;  // the scratchpad comes from the caller (scratchpad_for)
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    return dnnl::matmul::primitive_desc(dnnl::matmul::desc(amd, bmd, cmd), attr, engine());  // the oneDNN 2.x API
   }
 };
+
+// This thread's scratchpad for a primitive that asks for `bytes` (the brgemm kernels pack their
+// operands into it): one buffer per thread, grown to the largest request and kept. Left to
+// oneDNN, a scratchpad is allocated per execution, and a fresh large allocation is fresh pages
+// the kernel faults in and zeroes on every product.
+void* scratchpad_for(size_t bytes) {
+  struct Buffer {
+    void* p = nullptr;
+    size_t size = 0;
+    ~Buffer() { std::free(p); }
+  };
+  thread_local Buffer buf;
+  if (bytes > buf.size) {
+    std::free(buf.p);
+    buf.size = (bytes + 4095) & ~size_t{4095};
+    buf.p = std::aligned_alloc(64, buf.size);
+    if (!buf.p) {
+      buf.size = 0;
+      throw std::bad_alloc();
+    }
+  }
+  return buf.p;
+}
 
 void onednn_matmul(Tensor a, Tensor b, const MatmulShape& s, const Tensor& out) {
   Dims batch = s.batch;
@@ -167,9 +194,11 @@ void onednn_matmul(Tensor a, Tensor b, const MatmulShape& s, const Tensor& out) 
     auto* pc = static_cast<float*>(out.raw_data()) + r0 * p->cs[p->rdim];
     dnnl::memory am(pd.src_desc(), engine(), pa), bm(pd.weights_desc(), engine(), b.raw_data());
     dnnl::memory cm(pd.dst_desc(), engine(), pc);
+    const dnnl::memory::desc spd = pd.scratchpad_desc();
+    dnnl::memory spm(spd, engine(), scratchpad_for(spd.get_size()));
     dnnl::stream st(engine());
     omp_set_num_threads(1);
-    dnnl::matmul(pd).execute(st, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+    dnnl::matmul(pd).execute(st, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}, {DNNL_ARG_SCRATCHPAD, spm}});
     st.wait();
   };
   if (blocks == 1) {
