@@ -533,8 +533,8 @@ namespace {
 // meta.json: written by the run's first process; later processes keep it and append their
 // start time.
 // Writes meta.json, or appends this process's segment to it; returns a warning when its thread
-// count or number of ranks differs from the previous segment's (the run then differs in the
-// last bits).
+// count or number of ranks differs from the previous segment's and the run resumes from a
+// checkpoint (it then differs in the last bits from an uninterrupted run).
 std::string write_meta(const fs::path& dir, const RunRequest& r, const Config& config) {
   const fs::path path = dir / "meta.json";
   const std::string now = utc_now_iso();
@@ -543,6 +543,10 @@ std::string write_meta(const fs::path& dir, const RunRequest& r, const Config& c
   if (fs::exists(path)) {
     MetaSession m = append_meta_session(read_text(path.string(), kRecordFileBound), path.string(), now, num_threads(), dist::world_size());
     write_text_atomic(path.string(), m.text);
+    // Without a checkpoint (the previous process stopped before its first one) the run starts
+    // again from step 1: nothing of the previous process's arithmetic carries over, so another
+    // thread count or number of ranks makes no difference worth a warning.
+    if (!fs::exists(dir / "checkpoint.safetensors")) return "";
     return m.warning;
   } else {
     j["experiment"] = r.experiment;

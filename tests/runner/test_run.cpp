@@ -282,6 +282,24 @@ TEST_CASE("run: resuming with another thread count warns, and meta.json records 
   fs::remove_all(dir);
 }
 
+TEST_CASE("run: a run that stopped before its first checkpoint starts again without the thread-count warning") {
+  fs::path dir = fresh_dir("threads_no_checkpoint");
+  const int before = num_threads(), other = before == 1 ? 2 : 1;
+  g_stop_at = 5;
+  REQUIRE(run(dir).status == kExitStopped);
+  g_stop_at = -1;
+  REQUIRE(fs::remove(dir / "checkpoint.safetensors"));  // as if the process had stopped before its first one
+  set_num_threads(other);
+  Result r = run(dir);
+  set_num_threads(before);
+  CHECK(r.status == kExitComplete);
+  CHECK(r.console.find("warning: resuming with") == std::string::npos);
+  auto meta = nlohmann::json::parse(read(dir / "meta.json"));
+  REQUIRE(meta["segments"].size() == 2);  // the second process is still recorded
+  CHECK(meta["segments"][1]["threads"] == other);
+  fs::remove_all(dir);
+}
+
 TEST_CASE("catalog: every preset resolves, and load_run rebuilds a run's model") {
   for (const Experiment* e : experiments())
     for (const auto& [preset, text] : e->presets) CHECK_NOTHROW(resolve_config(*e, preset, "", {}));
