@@ -54,6 +54,7 @@
 #include "nn/attention/kernels/tile_gemm_bf16.hpp"
 #include "nn/attention/registry.hpp"
 #include "bench/bench_args.hpp"
+#include "bench/sgemm_peak.hpp"
 #include "tensor/blas_info.hpp"
 
 using namespace attnlab;
@@ -67,6 +68,9 @@ constexpr int kOomExit = 3;  // run_attention.sh reads this exit status as "out 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 using attnlab::bench::median;
+using attnlab::bench::settle;
+using attnlab::bench::sgemm_peak;
+using attnlab::bench::time_median;
 
 // Steps timed at length n when --steps is not given: few at large N, so that N = 32K (minutes
 // per step on a small machine) finishes in a couple of minutes. torch_attention.py uses the same.
@@ -163,39 +167,6 @@ int run_one(const std::string& path, int64_t n, bool causal, int steps, double m
 }
 
 // ---- throughput ----
-
-void settle() { std::this_thread::sleep_for(std::chrono::milliseconds(120)); }
-
-template <class F>
-double time_median(F&& f, int reps) {
-  f();  // warm-up
-  std::vector<double> t;
-  for (int r = 0; r < reps; ++r) {
-    const auto t0 = Clock::now();
-    f();
-    t.push_back(since(t0));
-  }
-  return median(t);
-}
-
-double sgemm_peak(int threads, int reps) {
-  constexpr int n = 2048;
-  Generator gen(2);
-  Tensor a = randn({n, n}, gen), b = randn({n, n}, gen), c = empty({n, n});  // (n, n) each
-  const float *pa = a.data<float>(), *pb = b.data<float>();
-  float* pc = c.data<float>();
-  const int saved = openblas_get_num_threads();  // attnlab keeps it at 1
-  openblas_set_num_threads(threads);
-  // Enough calls per repetition to last a fraction of a second on any machine.
-  auto calls = [&] {
-    for (int i = 0; i < 3; ++i)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, pa, n, pb, n, 0.0f, pc, n);
-  };
-  const double t = time_median(calls, std::max(3, reps)) / 3;
-  openblas_set_num_threads(saved);
-  settle();  // OpenBLAS's idle threads spin for a while before they sleep
-  return 2.0 * n * n * double(n) / t / 1e9;
-}
 
 int run_throughput(const std::vector<int64_t>& lengths, int reps) {
   const int threads = num_threads();  // also pins OpenBLAS to 1 thread inside attnlab

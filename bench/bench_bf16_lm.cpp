@@ -6,7 +6,8 @@
 // Prints each round's median tokens/s and bf16 / float32 ratio with the load average (the
 // machine may be shared), the median and range of the rounds' ratios, the ratio of the fastest
 // steps, the CPU's bf16 flags, the oneDNN kernels the bf16 products ran on, whether the fused
-// attention kernel ran its products in bf16 (AVX512_BF16) and OpenBLAS's kernel.
+// attention kernel ran its products in bf16 (AVX512_BF16) and OpenBLAS's kernel, and each form's
+// counted FLOPs per second (bench::step_flops) against the sgemm peak measured in the same run.
 //
 //   build/bench/bench_bf16_lm [--rounds R] [--steps S]
 //   perf record build/bench/bench_bf16_lm --profile bf16   (one form's steps only)
@@ -28,6 +29,7 @@
 #include "attnlab.hpp"
 #include "bench/bench_args.hpp"
 #include "bench/reference_lm.hpp"
+#include "bench/sgemm_peak.hpp"
 #include "nn/attention/kernels/tile_attention.hpp"
 #include "nn/attention/kernels/tile_gemm_bf16.hpp"
 #include "tensor/blas_info.hpp"
@@ -101,6 +103,7 @@ int main(int argc, char** argv) {
   }
   // b16k: bf16 products with the fused attention kernel kept float32, the kernel's share of the step.
   bench::LMTraining f32("mha(heads=8)"), b16("mha(heads=8)"), b16k("mha(heads=8)");
+  const double peak_before = bench::sgemm_peak(num_threads(), 3);  // the yardstick, before and after the rounds
   for (int i = 0; i < 2; ++i)  // warm-up: caches, allocator, oneDNN
     step_seconds(f32, false), step_seconds(b16, true), step_seconds(b16k, true, false);
   std::printf("\n%-6s %14s %14s %8s %22s %8s  %s\n", "round", "f32 tokens/s", "bf16 tokens/s", "ratio",
@@ -130,6 +133,14 @@ int main(int argc, char** argv) {
               (long long)rounds, (long long)steps, bench::median(ratios), ratios.front(), ratios.back(),
               tokens / *std::min_element(all_f.begin(), all_f.end()), tokens / *std::min_element(all_b.begin(), all_b.end()),
               *std::min_element(all_f.begin(), all_f.end()) / *std::min_element(all_b.begin(), all_b.end()));
+  // The step's counted FLOPs (bench::step_flops) per second against the sgemm peak, the better of
+  // the two taken around the rounds on a shared machine.
+  const double peak = std::max(peak_before, bench::sgemm_peak(num_threads(), 3));
+  const double flops = bench::step_flops(bench::LMShape{});
+  const double gf32 = flops / bench::median(all_f) / 1e9, gb16 = flops / bench::median(all_b) / 1e9;
+  std::printf("the step's products (%.1f GFLOP): float32 %.0f GFLOP/s = %.0f%% of the sgemm peak (%.0f GFLOP/s, 2048^3, "
+              "%d threads, same OpenBLAS kernel), bf16 %.0f GFLOP/s = %.0f%% of it\n",
+              flops / 1e9, gf32, 100 * gf32 / peak, peak, num_threads(), gb16, 100 * gb16 / peak);
   std::string kernels;
   for (const std::string& k : onednn_kernels_used()) kernels += (kernels.empty() ? "" : ", ") + k;
   std::printf("oneDNN kernels of the bf16 products: %s\n", kernels.c_str());

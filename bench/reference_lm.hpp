@@ -44,6 +44,20 @@ inline LMShape gpt2_small(bool tied) {
           .tied = tied, .name = tied ? "gpt2-small" : "gpt2-small-untied"};
 }
 
+// The FLOPs of one training step of `shape`'s model (mha, feed-forward 4 d_model, untied or
+// tied head alike): every linear product forward (2 rows in out) and backward (twice that: the
+// input's and the weight's gradients), and the attention products over the allowed causal pairs
+// by FlashAttention-2's count (forward 4 pairs dk per head, backward 2.5 times the forward).
+// Layer norm, GELU, softmax, the loss and AdamW are not counted: the step's FLOP/s against the
+// sgemm peak says how close it comes to doing nothing but products.
+inline double step_flops(const LMShape& s) {
+  const double rows = double(s.batch * s.length), d = double(s.d_model), hidden = 4 * d;
+  const double linear = 2 * rows * (4 * d * d + 2 * d * hidden) * double(s.layers) + 2 * rows * d * double(s.vocab);
+  const double pairs = double(s.length) * double(s.length + 1) / 2;
+  const double attention = 4.0 * double(s.batch) * pairs * d * double(s.layers);  // heads x dk = d_model
+  return 3 * linear + 3.5 * attention;
+}
+
 inline nn::LMConfig lm_config(const LMShape& s) {
   nn::LMConfig cfg;
   cfg.block.d_model = s.d_model;
