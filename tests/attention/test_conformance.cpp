@@ -10,6 +10,7 @@
 #include <fmt/ranges.h>
 
 #include "helpers.hpp"
+#include "registered_by_tests.hpp"
 #include "experiments/check/conformance.hpp"
 #include "experiments/cli/check.hpp"
 #include "nn/attention/mha.hpp"
@@ -26,11 +27,6 @@ bool skipped(const std::vector<check::CheckResult>& results, const std::string& 
   for (const auto& r : results)
     if (r.name == name) return r.skipped;
   return false;
-}
-
-// The variants the tests at the end register (a test binary run whole has them in the registry).
-bool registered_by_tests(const std::string& name) {
-  return name == "defective" || name == "undeclared" || name == "self_only" || name == "claims_not_causal";
 }
 
 // Sizes for the variants whose defaults need them (which checks apply comes from the capabilities

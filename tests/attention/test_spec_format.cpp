@@ -4,6 +4,7 @@
 #include <map>
 
 #include "helpers.hpp"
+#include "registered_by_tests.hpp"
 #include "nn/attention/registry.hpp"
 
 using namespace attnlab;
@@ -89,6 +90,7 @@ TEST_CASE("every variant that declares pruning: a pruned layer's spec() rebuilds
   int64_t pruned = 0, pruning = 0;
   for (const Variant& v : variants()) {
     if (v.schema.capabilities.pruning == Support::no) continue;  // fnet, mixer: no heads
+    if (registered_by_tests(v.schema.name)) continue;  // test layers built on mha prune to an mha
     ++pruning;
     const std::string text = spec_for(v.schema);
     CAPTURE(text);
