@@ -1,0 +1,77 @@
+/// @file
+/// Which library multiplies float32 matrices: OpenBLAS or oneDNN (when attnlab is built with it).
+/// Both are float32 products with float32 accumulation; they differ in speed per shape and CPU,
+/// and in the order of their sums, so results differ in the last bits between routes. The route
+/// is therefore fixed per process by the machine and the environment (never by timing), logged
+/// by `attnlab run` and recorded in meta.json (`matmul`), so the runs of a study share it.
+///
+/// ATTNLAB_MATMUL=auto|openblas|onednn chooses (default auto); set_matmul_route overrides it.
+/// `auto` sends a float32 product to oneDNN when all of these hold (docs/performance.md,
+/// section 11, "Routing float32 products"):
+/// - attnlab is built with oneDNN and the CPU has AVX-512 (oneDNN's avx512_core kernels);
+/// - OpenBLAS runs a kernel without AVX-512 (Haswell, Zen, Prescott...): under its SkylakeX
+///   kernel OpenBLAS is as fast as oneDNN on the training steps measured, and stays;
+/// - the product has at least kOnednnMinFlops floating-point operations (2 n m k per batch
+///   element): below it oneDNN's per-call cost outweighs its faster kernel.
+/// float64 products always run on OpenBLAS.
+/// @ingroup tensor
+#pragma once
+#include <cstdint>
+#include <string>
+
+/// @addtogroup tensor
+/// @{
+namespace attnlab {
+
+/// Where float32 matrix products run.
+enum class MatmulRoute : uint8_t {
+  Auto,      ///< per product, by the rule in this header
+  OpenBLAS,  ///< always OpenBLAS
+  OneDNN,    ///< always oneDNN (an error on a build without it)
+};
+
+/// Under `auto`, the smallest product (2 n m k per batch element, times the batch) sent to oneDNN.
+inline constexpr double kOnednnMinFlops = 4e6;
+
+/// "auto", "openblas" or "onednn".
+const char* matmul_route_name(MatmulRoute route);
+
+/// Parses "auto", "openblas" or "onednn". A bad value, or "onednn" on a build without oneDNN,
+/// throws ValueError naming `source` (the variable or option), the value and the accepted ones.
+MatmulRoute parse_matmul_route(const std::string& value, const std::string& source);
+
+/// The route in force: set_matmul_route's, else ATTNLAB_MATMUL's (ValueError when it is bad),
+/// else Auto.
+MatmulRoute matmul_route();
+
+/// Overrides ATTNLAB_MATMUL for this process (benchmarks, tests). OneDNN on a build without
+/// oneDNN throws ValueError.
+void set_matmul_route(MatmulRoute route);
+
+/// Whether Auto may send any float32 product to oneDNN on this machine: built with oneDNN, a
+/// CPU with AVX-512, and an OpenBLAS kernel without it.
+bool matmul_auto_uses_onednn();
+
+/// Whether the float32 product of `batches` (rows, k) @ (k, cols) matrices runs on oneDNN under
+/// the route in force.
+bool float32_matmul_on_onednn(int64_t batches, int64_t rows, int64_t cols, int64_t k);
+
+/// One line for run logs and meta.json: the route and what it does here, e.g. "auto: float32
+/// products of 4 MFLOP or more on oneDNN 2.6.0, the rest on OpenBLAS (kernel Haswell)".
+std::string matmul_route_description();
+
+/// Sets a route for a scope and restores the previous one.
+class MatmulRouteGuard {
+ public:
+  /// Sets `route` (ValueError as set_matmul_route).
+  explicit MatmulRouteGuard(MatmulRoute route) : prev_(matmul_route()) { set_matmul_route(route); }
+  ~MatmulRouteGuard() { set_matmul_route(prev_); }  ///< restores the previous route
+  MatmulRouteGuard(const MatmulRouteGuard&) = delete;
+  MatmulRouteGuard& operator=(const MatmulRouteGuard&) = delete;
+
+ private:
+  MatmulRoute prev_;
+};
+
+}  // namespace attnlab
+/// @}
