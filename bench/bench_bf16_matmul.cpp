@@ -129,7 +129,10 @@ int run_routes(int64_t threads, int64_t reps) {
       {768, 3072, 256, true, false, "gpt2: fc proj dW"},
       // small products (per-head or small-batch shapes)
       {64, 64, 64, false, false, "small 64^3"},
-      {128, 128, 64, false, true, "small 128x128x64"},
+      {128, 64, 64, false, false, "small 128x64x64"},
+      {128, 128, 64, false, false, "small 128x128x64"},
+      {128, 128, 64, false, true, "small 128x128x64, B^T"},
+      {128, 128, 128, false, false, "small 128^3"},
       {256, 256, 32, false, true, "scores 256x256, dk 32"},
   };
   std::printf("attnlab matmul, float32, %d threads, reps %lld (routes alternate; median of 3 rounds)\n", num_threads(),

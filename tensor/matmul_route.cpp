@@ -45,18 +45,22 @@ MatmulRoute parse_matmul_route(const std::string& value, const std::string& sour
   else if (value == "onednn")
     r = MatmulRoute::OneDNN;
   else
-    fail<ValueError>("{}={:?}: expected auto, openblas or onednn", source, value);
+    fail<ValueError>("{}=\"{}\": expected auto, openblas or onednn", source, value);
   if (r == MatmulRoute::OneDNN && !onednn_built())
     fail<ValueError>("{}=onednn: this attnlab was built without oneDNN ({}); expected auto or openblas", source,
                      onednn_description());
   return r;
 }
 
+MatmulRoute matmul_route_from_environment() {
+  const char* env = std::getenv(kVariable);
+  return env && *env ? parse_matmul_route(env, kVariable) : MatmulRoute::Auto;
+}
+
 MatmulRoute matmul_route() {
   int r = g_route.load(std::memory_order_relaxed);
   if (r >= 0) return MatmulRoute(r);
-  const char* env = std::getenv(kVariable);
-  const MatmulRoute parsed = env && *env ? parse_matmul_route(env, kVariable) : MatmulRoute::Auto;
+  const MatmulRoute parsed = matmul_route_from_environment();
   int expected = -1;
   g_route.compare_exchange_strong(expected, int(parsed));
   return MatmulRoute(g_route.load());

@@ -31,7 +31,7 @@ enum class MatmulRoute : uint8_t {
 };
 
 /// Under `auto`, the smallest product (2 n m k per batch element, times the batch) sent to oneDNN.
-inline constexpr double kOnednnMinFlops = 4e6;
+inline constexpr double kOnednnMinFlops = 2e6;
 
 /// "auto", "openblas" or "onednn".
 const char* matmul_route_name(MatmulRoute route);
@@ -40,8 +40,12 @@ const char* matmul_route_name(MatmulRoute route);
 /// throws ValueError naming `source` (the variable or option), the value and the accepted ones.
 MatmulRoute parse_matmul_route(const std::string& value, const std::string& source);
 
-/// The route in force: set_matmul_route's, else ATTNLAB_MATMUL's (ValueError when it is bad),
-/// else Auto.
+/// ATTNLAB_MATMUL's route as the environment holds it now: Auto when unset or empty,
+/// ValueError (naming the variable) when bad. matmul_route() reads it once.
+MatmulRoute matmul_route_from_environment();
+
+/// The route in force: set_matmul_route's, else ATTNLAB_MATMUL's as first read (ValueError
+/// when it is bad), else Auto.
 MatmulRoute matmul_route();
 
 /// Overrides ATTNLAB_MATMUL for this process (benchmarks, tests). OneDNN on a build without
