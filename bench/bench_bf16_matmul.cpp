@@ -134,6 +134,13 @@ int run_routes(int64_t threads, int64_t reps) {
       {128, 128, 64, false, true, "small 128x128x64, B^T"},
       {128, 128, 128, false, false, "small 128^3"},
       {256, 256, 32, false, true, "scores 256x256, dk 32"},
+      // medium products, between the small ones and the LM steps'
+      {256, 128, 128, false, false, "medium 256x128x128"},
+      {256, 256, 128, false, true, "medium 256x256x128, B^T"},
+      {256, 256, 256, false, false, "medium 256^3"},
+      {512, 512, 64, false, true, "scores 512x512, dk 64"},
+      {512, 256, 256, false, true, "medium 512x256x256, B^T"},
+      {512, 512, 256, false, false, "medium 512x512x256"},
   };
   std::printf("attnlab matmul, float32, %d threads, reps %lld (routes alternate; median of 3 rounds)\n", num_threads(),
               (long long)reps);

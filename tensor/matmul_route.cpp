@@ -73,9 +73,13 @@ void set_matmul_route(MatmulRoute route) {
 }
 
 bool matmul_auto_uses_onednn() {
-  static const bool yes =
-      onednn_built() && __builtin_cpu_supports("avx512f") && !blas_kernel_has_avx512(openblas_get_corename());
+  static const bool yes = onednn_built() && __builtin_cpu_supports("avx512f");
   return yes;
+}
+
+double matmul_auto_min_flops() {
+  static const double flops = blas_kernel_has_avx512(openblas_get_corename()) ? kOnednnMinFlopsBlasAvx512 : kOnednnMinFlops;
+  return flops;
 }
 
 bool float32_matmul_on_onednn(int64_t batches, int64_t rows, int64_t cols, int64_t k) {
@@ -84,7 +88,8 @@ bool float32_matmul_on_onednn(int64_t batches, int64_t rows, int64_t cols, int64
     case MatmulRoute::OneDNN: return true;
     case MatmulRoute::Auto: break;
   }
-  return matmul_auto_uses_onednn() && 2.0 * double(batches) * double(rows) * double(cols) * double(k) >= kOnednnMinFlops;
+  return matmul_auto_uses_onednn() &&
+         2.0 * double(batches) * double(rows) * double(cols) * double(k) >= matmul_auto_min_flops();
 }
 
 std::string matmul_route_description() {
@@ -100,11 +105,9 @@ std::string matmul_route_description() {
   }
   if (!matmul_auto_uses_onednn())
     return fmt::format("auto: float32 products on OpenBLAS ({}; {})", blas,
-                       !onednn_built() ? "no oneDNN in this build"
-                       : !__builtin_cpu_supports("avx512f") ? "no AVX-512 for oneDNN"
-                                                            : "an AVX-512 kernel, as fast as oneDNN's");
+                       onednn_built() ? "no AVX-512 for oneDNN's kernels" : "no oneDNN in this build");
   return fmt::format("auto: float32 products of {:g} MFLOP or more on {}, the rest on OpenBLAS ({})",
-                     kOnednnMinFlops * 1e-6, onednn_description(), blas);
+                     matmul_auto_min_flops() * 1e-6, onednn_description(), blas);
 }
 
 }  // namespace attnlab

@@ -6,13 +6,15 @@
 /// by `attnlab run` and recorded in meta.json (`matmul`), so the runs of a study share it.
 ///
 /// ATTNLAB_MATMUL=auto|openblas|onednn chooses (default auto); set_matmul_route overrides it.
-/// `auto` sends a float32 product to oneDNN when all of these hold (docs/performance.md,
-/// section 11, "Routing float32 products"):
-/// - attnlab is built with oneDNN and the CPU has AVX-512 (oneDNN's avx512_core kernels);
-/// - OpenBLAS runs a kernel without AVX-512 (Haswell, Zen, Prescott...): under its SkylakeX
-///   kernel OpenBLAS is as fast as oneDNN on the training steps measured, and stays;
-/// - the product has at least kOnednnMinFlops floating-point operations (2 n m k per batch
-///   element): below it oneDNN's per-call cost outweighs its faster kernel.
+/// `auto` sends a float32 product to oneDNN when attnlab is built with oneDNN, the CPU has
+/// AVX-512 (oneDNN's avx512_core kernels), and the product has at least
+/// matmul_auto_min_flops() floating-point operations (2 n m k per batch element, times the
+/// batch): kOnednnMinFlops under an OpenBLAS kernel without AVX-512 (Haswell, Zen, Prescott:
+/// there oneDNN is about 2x faster from 8 MFLOP up), kOnednnMinFlopsBlasAvx512 under OpenBLAS's
+/// AVX-512 kernels (SkylakeX: the two tie up to about 130 MFLOP and oneDNN is 1.03-1.3x faster
+/// on the LM steps' products of 268 MFLOP and more). Below the bound oneDNN's per-call cost
+/// outweighs its faster kernel. Measured in docs/performance.md, section 11, "Routing float32
+/// products to oneDNN".
 /// float64 products always run on OpenBLAS.
 /// @ingroup tensor
 #pragma once
@@ -30,8 +32,12 @@ enum class MatmulRoute : uint8_t {
   OneDNN,    ///< always oneDNN (an error on a build without it)
 };
 
-/// Under `auto`, the smallest product (2 n m k per batch element, times the batch) sent to oneDNN.
-inline constexpr double kOnednnMinFlops = 2e6;
+/// Under `auto` with an OpenBLAS kernel without AVX-512, the smallest product (2 n m k per batch
+/// element, times the batch) sent to oneDNN.
+inline constexpr double kOnednnMinFlops = 8e6;
+/// Under `auto` with an OpenBLAS AVX-512 kernel (SkylakeX, Cooperlake, SapphireRapids), the
+/// smallest product sent to oneDNN.
+inline constexpr double kOnednnMinFlopsBlasAvx512 = 2e8;
 
 /// "auto", "openblas" or "onednn".
 const char* matmul_route_name(MatmulRoute route);
@@ -52,16 +58,21 @@ MatmulRoute matmul_route();
 /// oneDNN throws ValueError.
 void set_matmul_route(MatmulRoute route);
 
-/// Whether Auto may send any float32 product to oneDNN on this machine: built with oneDNN, a
-/// CPU with AVX-512, and an OpenBLAS kernel without it.
+/// Whether Auto may send any float32 product to oneDNN on this machine: built with oneDNN and a
+/// CPU with AVX-512.
 bool matmul_auto_uses_onednn();
+
+/// Auto's bound for the OpenBLAS kernel loaded in this process: kOnednnMinFlops, or
+/// kOnednnMinFlopsBlasAvx512 under an AVX-512 kernel.
+double matmul_auto_min_flops();
 
 /// Whether the float32 product of `batches` (rows, k) @ (k, cols) matrices runs on oneDNN under
 /// the route in force.
 bool float32_matmul_on_onednn(int64_t batches, int64_t rows, int64_t cols, int64_t k);
 
 /// One line for run logs and meta.json: the route and what it does here, e.g. "auto: float32
-/// products of 4 MFLOP or more on oneDNN 2.6.0, the rest on OpenBLAS (kernel Haswell)".
+/// products of 8 MFLOP or more on oneDNN 2.6.3 (CPU runtime OpenMP), the rest on OpenBLAS
+/// (OpenBLAS kernel Haswell)".
 std::string matmul_route_description();
 
 /// Sets a route for a scope and restores the previous one.

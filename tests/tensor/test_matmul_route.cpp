@@ -3,6 +3,7 @@
 // folded batches, stride-0 operands, k = 0, empty and odd sizes, row and column blocks), the
 // primitive cache, two threads at once, the route's parsing and the `auto` rule. On a build
 // without oneDNN the route is always OpenBLAS and asking for oneDNN is an error naming the build.
+#include "tensor/blas_info.hpp"
 #include "tensor/kernels/matmul_onednn.hpp"
 #include "tensor/matmul_route.hpp"
 #include "tensor_testing.hpp"
@@ -176,10 +177,19 @@ TEST_CASE("matmul route: the auto rule and its description") {
   }
   MatmulRouteGuard g(MatmulRoute::Auto);
   if (!onednn_built()) CHECK_FALSE(matmul_auto_uses_onednn());
-  // Below kOnednnMinFlops never; at and above it exactly where this machine routes at all.
+  // The bound follows OpenBLAS's kernel; below it never, at and above it exactly where this
+  // machine routes at all, counting the batch.
+  bool avx512_blas = false;  // OpenBLAS's AVX-512 kernels
+  for (const char* k : {"(kernel SkylakeX)", "(kernel Cooperlake)", "(kernel SapphireRapids)"})
+    avx512_blas |= blas_description().find(k) != std::string::npos;
+  CHECK(matmul_auto_min_flops() == (avx512_blas ? kOnednnMinFlopsBlasAvx512 : kOnednnMinFlops));
+  CHECK(kOnednnMinFlops < kOnednnMinFlopsBlasAvx512);
   CHECK_FALSE(float32_matmul_on_onednn(1, 64, 64, 64));  // 0.5 MFLOP
-  CHECK(float32_matmul_on_onednn(1, 1024, 1024, 1024) == matmul_auto_uses_onednn());
-  CHECK(float32_matmul_on_onednn(16, 64, 64, 64) == matmul_auto_uses_onednn());  // 8 MFLOP in a batch
+  CHECK(float32_matmul_on_onednn(1, 1024, 1024, 1024) == matmul_auto_uses_onednn());  // 2.1 GFLOP
+  const int64_t n = 128;                                                                // 4.2 MFLOP per element
+  const int64_t just_enough = int64_t(std::ceil(matmul_auto_min_flops() / (2.0 * n * n * n)));
+  CHECK(float32_matmul_on_onednn(just_enough, n, n, n) == matmul_auto_uses_onednn());
+  CHECK_FALSE(float32_matmul_on_onednn(just_enough - 1, n, n, n));
   const std::string d = matmul_route_description();
   CHECK(d.rfind("auto: ", 0) == 0);
   CHECK(d.find("OpenBLAS kernel") != std::string::npos);
