@@ -160,7 +160,8 @@ int run_routes(int64_t threads, int64_t reps) {
     for (int round = 0; round < 3; ++round) {
       for (MatmulRoute route : {MatmulRoute::OpenBLAS, MatmulRoute::OneDNN}) {
         MatmulRouteGuard guard(route);
-        (route == MatmulRoute::OpenBLAS ? t_blas : t_dnn).push_back(seconds_of([&] { (void)kernels::matmul(a, b); }, r));
+        (route == MatmulRoute::OpenBLAS ? t_blas : t_dnn)
+            .push_back(seconds_of([&] { (void)kernels::matmul(a, b); }, r));
       }
     }
     using attnlab::bench::median;

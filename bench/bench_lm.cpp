@@ -74,12 +74,13 @@ int main(int argc, char** argv) {
       std::sort(per[r].begin(), per[r].end());
       med[r] = per[r][per[r].size() / 2];
       set_matmul_route(route_list[r]);
-      std::printf("{\"model\": \"%s\", \"route\": \"%s\", \"tokens_per_s\": %.1f, \"step_ms\": %.2f, "
-                  "\"step_ms_min\": %.2f, \"step_ms_max\": %.2f, \"steps\": %zu, \"threads\": %d, \"blas\": \"%s\", "
-                  "\"rule\": \"%s\"}\n",
-                  lm.shape.name.c_str(), matmul_route_name(route_list[r]), double(B * N) / med[r], med[r] * 1e3,
-                  per[r].front() * 1e3, per[r].back() * 1e3, per[r].size(), num_threads(), blas_description().c_str(),
-                  matmul_route_description().c_str());
+      std::printf(
+          "{\"model\": \"%s\", \"route\": \"%s\", \"tokens_per_s\": %.1f, \"step_ms\": %.2f, "
+          "\"step_ms_min\": %.2f, \"step_ms_max\": %.2f, \"steps\": %zu, \"threads\": %d, \"blas\": \"%s\", "
+          "\"rule\": \"%s\"}\n",
+          lm.shape.name.c_str(), matmul_route_name(route_list[r]), double(B * N) / med[r], med[r] * 1e3,
+          per[r].front() * 1e3, per[r].back() * 1e3, per[r].size(), num_threads(), blas_description().c_str(),
+          matmul_route_description().c_str());
     }
     for (size_t r = 1; r < route_list.size(); ++r)
       std::printf("step time %s / %s: %.3f\n", matmul_route_name(route_list[r]), matmul_route_name(route_list[0]),

@@ -78,7 +78,8 @@ bool matmul_auto_uses_onednn() {
 }
 
 double matmul_auto_min_flops() {
-  static const double flops = blas_kernel_has_avx512(openblas_get_corename()) ? kOnednnMinFlopsBlasAvx512 : kOnednnMinFlops;
+  static const double flops =
+      blas_kernel_has_avx512(openblas_get_corename()) ? kOnednnMinFlopsBlasAvx512 : kOnednnMinFlops;
   return flops;
 }
 
@@ -96,12 +97,9 @@ std::string matmul_route_description() {
   const MatmulRoute r = matmul_route();
   const std::string blas = fmt::format("OpenBLAS kernel {}", openblas_get_corename());
   switch (r) {
-    case MatmulRoute::OpenBLAS:
-      return fmt::format("openblas: float32 products on OpenBLAS ({})", blas);
-    case MatmulRoute::OneDNN:
-      return fmt::format("onednn: float32 products on {}", onednn_description());
-    case MatmulRoute::Auto:
-      break;
+    case MatmulRoute::OpenBLAS: return fmt::format("openblas: float32 products on OpenBLAS ({})", blas);
+    case MatmulRoute::OneDNN: return fmt::format("onednn: float32 products on {}", onednn_description());
+    case MatmulRoute::Auto: break;
   }
   if (!matmul_auto_uses_onednn())
     return fmt::format("auto: float32 products on OpenBLAS ({}; {})", blas,

@@ -142,7 +142,8 @@ struct Product {
     ad2[rdim] = cd2[rdim] = r1 - r0;
     bd2.back() = cd2.back() = c1 - c0;
     std::vector<int64_t> key{int64_t(in), int64_t(ad.size())};
-    for (const dims_t* v : std::initializer_list<const dims_t*>{&ad2, &as, &bd2, &bs, &cd2, &cs}) key.insert(key.end(), v->begin(), v->end());
+    for (const dims_t* v : std::initializer_list<const dims_t*>{&ad2, &as, &bd2, &bs, &cd2, &cs})
+      key.insert(key.end(), v->begin(), v->end());
     std::lock_guard<std::mutex> lock(cache_mutex());
     auto& c = cache();
     if (auto it = c.find(key); it != c.end()) return it->second;
@@ -236,7 +237,8 @@ void run_onednn(Tensor a, Tensor b, const MatmulShape& s, const Tensor& out) {
     dnnl::memory sm(pd.scratchpad_desc(), engine(), scratchpad(built->scratch_bytes));
     thread_local dnnl::stream st(engine());
     omp_set_num_threads(1);
-    built->prim.execute(st, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}, {DNNL_ARG_SCRATCHPAD, sm}});
+    built->prim.execute(st,
+                        {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}, {DNNL_ARG_SCRATCHPAD, sm}});
     st.wait();
   };
   const int64_t blocks = row_blocks * col_blocks;

@@ -304,8 +304,9 @@ TEST_CASE("run: a bad ATTNLAB_MATMUL is a usage error naming the variable, befor
   const fs::path dir = fresh_dir("bad_matmul_route");
   fs::remove_all(dir);
   const std::string out = dir.string() + ".out";
-  const std::string command = fmt::format("ATTNLAB_MATMUL=fastest '{}/attnlab' run test_resume --run-dir '{}' > '{}' 2>&1",
-                                          ATTNLAB_BINARY_DIR, dir.string(), out);
+  const std::string command =
+      fmt::format("ATTNLAB_MATMUL=fastest '{}/attnlab' run test_resume --run-dir '{}' > '{}' 2>&1", ATTNLAB_BINARY_DIR,
+                  dir.string(), out);
   const int status = std::system(command.c_str());
   CHECK((WIFEXITED(status) ? WEXITSTATUS(status) : -1) == kExitUsage);
   CHECK(read(out).find("ATTNLAB_MATMUL=\"fastest\": expected auto, openblas or onednn") != std::string::npos);

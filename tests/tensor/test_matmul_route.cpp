@@ -60,14 +60,14 @@ TEST_CASE("matmul route: oneDNN float32 products match the naive loop on every l
     INFO("threads ", threads);
     ThreadCountGuard guard(threads);
     check_onednn(rnd({3, 4}, 1), rnd({4, 5}, 2));
-    check_onednn(rnd({37, 29}, 3), rnd({29, 41}, 4));            // odd sizes
-    check_onednn(rnd({3, 2, 4}, 5), rnd({3, 4, 5}, 6));          // batched
-    check_onednn(rnd({2, 1, 3, 4}, 7), rnd({5, 4, 6}, 8));       // broadcast batch -> (2,5,3,6)
-    check_onednn(rnd({1, 3, 4}, 9), rnd({2, 1, 4, 2}, 10));      // broadcast both ways
-    check_onednn(rnd({2, 3, 50, 24}, 11), rnd({24, 33}, 12));    // folded batch (a linear layer)
-    check_onednn(rnd({5, 4}, 13), rnd({3, 4, 2}, 14));           // a shared left operand
-    check_onednn(rnd({1, 7}, 15), rnd({7, 1}, 16));              // a dot product
-    check_onednn(rnd({6, 1}, 17), rnd({1, 5}, 18));              // an outer product (k = 1)
+    check_onednn(rnd({37, 29}, 3), rnd({29, 41}, 4));          // odd sizes
+    check_onednn(rnd({3, 2, 4}, 5), rnd({3, 4, 5}, 6));        // batched
+    check_onednn(rnd({2, 1, 3, 4}, 7), rnd({5, 4, 6}, 8));     // broadcast batch -> (2,5,3,6)
+    check_onednn(rnd({1, 3, 4}, 9), rnd({2, 1, 4, 2}, 10));    // broadcast both ways
+    check_onednn(rnd({2, 3, 50, 24}, 11), rnd({24, 33}, 12));  // folded batch (a linear layer)
+    check_onednn(rnd({5, 4}, 13), rnd({3, 4, 2}, 14));         // a shared left operand
+    check_onednn(rnd({1, 7}, 15), rnd({7, 1}, 16));            // a dot product
+    check_onednn(rnd({6, 1}, 17), rnd({1, 5}, 18));            // an outer product (k = 1)
     // Transposed views, read in place: a column-major left, right, and both; batched q @ k^T.
     Tensor at = rnd({33, 70}, 19).as_strided(Dims{70, 33}, Dims{1, 70}, 0);
     Tensor bt = rnd({45, 33}, 20).as_strided(Dims{33, 45}, Dims{1, 33}, 0);
@@ -133,8 +133,10 @@ TEST_CASE("matmul route: oneDNN products from two threads at once give the seria
 }
 
 TEST_CASE("matmul route: names, parsing, the environment and errors") {
-  for (MatmulRoute r : {MatmulRoute::Auto, MatmulRoute::OpenBLAS}) CHECK(parse_matmul_route(matmul_route_name(r), "x") == r);
-  CHECK_ERROR(ValueError, parse_matmul_route("mkl", "ATTNLAB_MATMUL"), "ATTNLAB_MATMUL", "\"mkl\"", "auto, openblas or onednn");
+  for (MatmulRoute r : {MatmulRoute::Auto, MatmulRoute::OpenBLAS})
+    CHECK(parse_matmul_route(matmul_route_name(r), "x") == r);
+  CHECK_ERROR(ValueError, parse_matmul_route("mkl", "ATTNLAB_MATMUL"), "ATTNLAB_MATMUL", "\"mkl\"",
+              "auto, openblas or onednn");
   CHECK_ERROR(ValueError, parse_matmul_route("OpenBLAS", "--routes"), "--routes", "auto, openblas or onednn");
   if (onednn_built()) {
     CHECK(parse_matmul_route("onednn", "x") == MatmulRoute::OneDNN);
@@ -184,9 +186,9 @@ TEST_CASE("matmul route: the auto rule and its description") {
     avx512_blas |= blas_description().find(k) != std::string::npos;
   CHECK(matmul_auto_min_flops() == (avx512_blas ? kOnednnMinFlopsBlasAvx512 : kOnednnMinFlops));
   CHECK(kOnednnMinFlops < kOnednnMinFlopsBlasAvx512);
-  CHECK_FALSE(float32_matmul_on_onednn(1, 64, 64, 64));  // 0.5 MFLOP
+  CHECK_FALSE(float32_matmul_on_onednn(1, 64, 64, 64));                               // 0.5 MFLOP
   CHECK(float32_matmul_on_onednn(1, 1024, 1024, 1024) == matmul_auto_uses_onednn());  // 2.1 GFLOP
-  const int64_t n = 128;                                                                // 4.2 MFLOP per element
+  const int64_t n = 128;                                                              // 4.2 MFLOP per element
   const int64_t just_enough = int64_t(std::ceil(matmul_auto_min_flops() / (2.0 * n * n * n)));
   CHECK(float32_matmul_on_onednn(just_enough, n, n, n) == matmul_auto_uses_onednn());
   CHECK_FALSE(float32_matmul_on_onednn(just_enough - 1, n, n, n));
