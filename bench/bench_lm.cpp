@@ -3,6 +3,9 @@
 // with --gpt2-small of GPT-2 small (12 layers, d=768, 12 heads, vocabulary 50,257, batch 4 x 64,
 // head tied to the token embedding; --untied: its own head); prints JSON with tokens/s, the
 // median step time and the median time of opt.step() alone (adam_ms).
+// --routes openblas,auto times the steps under each float32 matrix-product route in turn
+// (tensor/matmul_route.hpp), alternating for --rounds rounds of STEPS steps each in one process,
+// and prints one JSON line per route (medians over all its steps) and the step-time ratios.
 // bench/torch_lm.py runs the same models in PyTorch; bench/run_lm.sh and bench/run_gpt2.sh
 // print the ratios.
 #include <algorithm>
@@ -15,6 +18,8 @@
 #include "attnlab.hpp"
 #include "bench/bench_args.hpp"
 #include "bench/reference_lm.hpp"
+#include "tensor/blas_info.hpp"
+#include "tensor/matmul_route.hpp"
 
 using namespace attnlab;
 
@@ -29,7 +34,19 @@ int main(int argc, char** argv) {
   app.add_flag("--mark", mark,
                "print to stderr the CLOCK_MONOTONIC second at which the timed steps start (for perf record -k "
                "CLOCK_MONOTONIC; perf report --time START,)");
+  std::vector<std::string> routes;
+  int rounds = 3;
+  app.add_option("--routes", routes, "float32 product routes to alternate (auto, openblas, onednn), e.g. openblas,auto")
+      ->delimiter(',');
+  app.add_option("--rounds", rounds, "with --routes: rounds of STEPS steps per route")->check(CLI::Range(1, 1000));
   bench::parse_or_exit(app, argc, argv);
+  std::vector<MatmulRoute> route_list;
+  try {
+    for (const std::string& r : routes) route_list.push_back(parse_matmul_route(r, "--routes"));
+  } catch (const ValueError& e) {
+    std::fprintf(stderr, "bench_lm: %s\n", e.what());
+    return 2;
+  }
   bench::LMTraining lm = gpt2 ? bench::LMTraining(bench::gpt2_small(!untied)) : bench::LMTraining("mha(heads=8)");
   const int64_t B = lm.shape.batch, N = lm.shape.length;
   for (int i = 0; i < 2; ++i) lm.step();  // warm-up: caches filled, allocator primed
@@ -38,6 +55,37 @@ int main(int argc, char** argv) {
     timespec now{};
     clock_gettime(CLOCK_MONOTONIC, &now);
     std::fprintf(stderr, "bench_lm: timed steps start at %ld.%06ld\n", (long)now.tv_sec, now.tv_nsec / 1000);
+  }
+  if (!route_list.empty()) {
+    // Alternating rounds: each route's steps interleave with the others', so load drifts alike.
+    std::vector<std::vector<double>> per(route_list.size());
+    for (int round = 0; round < rounds; ++round)
+      for (size_t r = 0; r < route_list.size(); ++r) {
+        set_matmul_route(route_list[r]);
+        lm.step();  // the route's primitives built, its buffers cached
+        for (int i = 0; i < steps; ++i) {
+          auto t0 = std::chrono::steady_clock::now();
+          lm.step();
+          per[r].push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        }
+      }
+    std::vector<double> med(route_list.size());
+    for (size_t r = 0; r < route_list.size(); ++r) {
+      std::sort(per[r].begin(), per[r].end());
+      med[r] = per[r][per[r].size() / 2];
+      set_matmul_route(route_list[r]);
+      std::printf(
+          "{\"model\": \"%s\", \"route\": \"%s\", \"tokens_per_s\": %.1f, \"step_ms\": %.2f, "
+          "\"step_ms_min\": %.2f, \"step_ms_max\": %.2f, \"steps\": %zu, \"threads\": %d, \"blas\": \"%s\", "
+          "\"rule\": \"%s\"}\n",
+          lm.shape.name.c_str(), matmul_route_name(route_list[r]), double(B * N) / med[r], med[r] * 1e3,
+          per[r].front() * 1e3, per[r].back() * 1e3, per[r].size(), num_threads(), blas_description().c_str(),
+          matmul_route_description().c_str());
+    }
+    for (size_t r = 1; r < route_list.size(); ++r)
+      std::printf("step time %s / %s: %.3f\n", matmul_route_name(route_list[r]), matmul_route_name(route_list[0]),
+                  med[r] / med[0]);
+    return 0;
   }
   std::vector<double> times, adam_times;
   for (int i = 0; i < steps; ++i) {

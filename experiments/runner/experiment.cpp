@@ -30,6 +30,7 @@
 #include "nn/lm_checkpoint.hpp"
 #include "tensor/bf16_info.hpp"
 #include "tensor/blas_info.hpp"
+#include "tensor/matmul_route.hpp"
 #include "tensor/option_string.hpp"
 #include "tensor/parallel.hpp"
 #include "experiments/runner/file_bounds.hpp"
@@ -558,6 +559,7 @@ std::string write_meta(const fs::path& dir, const RunRequest& r, const Config& c
     j["hostname"] = host_name();
     j["cpu_model"] = cpu_model();
     j["blas"] = blas_description();
+    j["matmul"] = matmul_route_description();
     j["bf16"] = {{"onednn", onednn_description()}, {"cpu", cpu_bf16_summary()}, {"native", cpu_has_native_bf16()}};
     if (config.schema().find("train.precision")) {
       const Precision p = resolve_precision(config);
@@ -734,6 +736,12 @@ void check_run_dir_path(const fs::path& dir) {
 
 int dry_run_experiment(const RunRequest& r, std::ostream& out, std::ostream& console) {
   const Experiment* e = nullptr;
+  try {
+    (void)matmul_route();  // ATTNLAB_MATMUL checked before any run directory is touched
+  } catch (const ValueError& ex) {
+    console << run_prefix() << ex.what() << "\n";
+    return kExitUsage;
+  }
   std::optional<Config> config = validated_config(r, e, console);
   if (!config) return kExitUsage;
   out << config->to_toml();
@@ -840,6 +848,12 @@ int run_experiment(const RunRequest& r, std::ostream& console_in, bool tty) {
   std::ostream quiet(nullptr);
   std::ostream& console = dist::is_root() ? console_in : quiet;
   const Experiment* e = nullptr;
+  try {
+    (void)matmul_route();  // ATTNLAB_MATMUL checked before any run directory is touched
+  } catch (const ValueError& ex) {
+    console << run_prefix() << ex.what() << "\n";
+    return kExitUsage;
+  }
   std::optional<Config> config = validated_config(r, e, console);
   std::vector<double> invalid{config ? 0.0 : 1.0};
   dist::all_reduce_sum(invalid);
@@ -862,6 +876,7 @@ int run_experiment(const RunRequest& r, std::ostream& console_in, bool tty) {
                 r.preset.empty() ? "" : " --preset " + r.preset, num_threads(),
                 dist::world_size() > 1 ? fmt::format(" on each of {} ranks", dist::world_size()) : "");
     if (const std::string hint = blas_kernel_hint(); !hint.empty()) ctx->log(hint);
+    ctx->logf("matmul: {}", matmul_route_description());
     try {
       e->run(*config, *ctx);
     } catch (const RunStopped&) {

@@ -1,8 +1,10 @@
-// Batched matrix products on OpenBLAS. Batch dims broadcast like NumPy. Each operand's last two
-// dims are passed to BLAS as they lie in memory (row-major, or transposed via the trans flag),
-// so transposed views cost no copy. When the right operand is the same matrix for every batch
-// element and the left one is contiguous across the batch, the batch folds into the rows and
-// the product is one large gemm (the common case of a linear layer).
+// Batched matrix products on OpenBLAS; float32 products of the shapes and machines where oneDNN
+// is faster go to oneDNN instead (tensor/matmul_route.hpp, matmul_onednn.cpp). Batch dims
+// broadcast like NumPy. Each operand's last two dims are passed to BLAS as they lie in memory
+// (row-major, or transposed via the trans flag), so transposed views cost no copy. When the
+// right operand is the same matrix for every batch element and the left one is contiguous
+// across the batch, the batch folds into the rows and the product is one large gemm (the common
+// case of a linear layer).
 //
 // Threads: OpenBLAS runs single-threaded (see parallel.hpp); attnlab splits the output into
 // (batch, row block) or (batch, column block) tasks on its TBB arena, so each thread writes its
@@ -12,8 +14,10 @@
 #include <cstring>
 
 #include "tensor/kernels.hpp"
+#include "tensor/kernels/matmul_onednn.hpp"
 #include "tensor/kernels/matmul_shape.hpp"
 #include "tensor/kernels/rows.hpp"
+#include "tensor/matmul_route.hpp"
 #include "tensor/parallel.hpp"
 
 namespace attnlab::kernels {
@@ -84,6 +88,11 @@ Tensor matmul(const Tensor& a0, const Tensor& b0) {
   if (out.numel() == 0) return out;
   if (k == 0) {
     fill_(out, 0);
+    return out;
+  }
+  // float32 products of the shapes and machines where oneDNN is faster (tensor/matmul_route.hpp).
+  if (a0.dtype() == kFloat32 && float32_matmul_on_onednn(nbatch, n, m, k)) {
+    onednn_matmul(a0, b0, s, out);
     return out;
   }
 

@@ -1,6 +1,7 @@
 /// @file
 /// The shapes of a batched matrix product a (..., n, k) @ b (..., k, m), checked once for the
-/// float (OpenBLAS, matmul.cpp) and bfloat16 (oneDNN, matmul_bf16.cpp) kernels.
+/// OpenBLAS (matmul.cpp) and oneDNN (matmul_onednn.cpp: bfloat16, and float32 by the route of
+/// tensor/matmul_route.hpp) kernels.
 /// @ingroup tensor
 #pragma once
 #include "tensor/tensor.hpp"

@@ -13,6 +13,7 @@
 #include "experiments/runner/experiment.hpp"
 #include "experiments/runner/trainer.hpp"
 #include "runner/run_helpers.hpp"
+#include "tensor/matmul_route.hpp"
 
 using namespace attnlab;
 using namespace attnlab::runner;
@@ -115,6 +116,10 @@ TEST_CASE("run: the run directory holds config, meta, log, metrics, checkpoint a
   CHECK(meta["git_commit"].get<std::string>().size() >= 7);
   CHECK(meta["hostname"].is_string());
   CHECK(meta["cpu_model"].is_string());
+  // The float32 product route, in meta.json and in the log (tensor/matmul_route.hpp).
+  const std::string route = meta["matmul"].get<std::string>();
+  CHECK(route.rfind(std::string(matmul_route_name(matmul_route())) + ": ", 0) == 0);
+  CHECK(read(dir / "log.txt").find("matmul: " + route) != std::string::npos);
   CHECK(meta["start_time"].get<std::string>().back() == 'Z');
   auto summary = nlohmann::json::parse(read(dir / "summary.json"));
   CHECK(summary["status"] == "complete");
@@ -311,4 +316,18 @@ TEST_CASE("catalog: every preset resolves, and load_run rebuilds a run's model")
   for (auto& [name, t] : loaded.model->state_dict()) CHECK_MESSAGE(bitwise_equal(t, ck.at("model." + name)), name);
   CHECK(loaded.task.token(0) == "k0");
   fs::remove_all(dir);
+}
+
+TEST_CASE("run: a bad ATTNLAB_MATMUL is a usage error naming the variable, before the run directory exists") {
+  const fs::path dir = fresh_dir("bad_matmul_route");
+  fs::remove_all(dir);
+  const std::string out = dir.string() + ".out";
+  const std::string command =
+      fmt::format("ATTNLAB_MATMUL=fastest '{}/attnlab' run test_resume --run-dir '{}' > '{}' 2>&1", ATTNLAB_BINARY_DIR,
+                  dir.string(), out);
+  const int status = std::system(command.c_str());
+  CHECK((WIFEXITED(status) ? WEXITSTATUS(status) : -1) == kExitUsage);
+  CHECK(read(out).find("ATTNLAB_MATMUL=\"fastest\": expected auto, openblas or onednn") != std::string::npos);
+  CHECK_FALSE(fs::exists(dir));
+  fs::remove(out);
 }
