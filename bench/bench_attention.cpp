@@ -90,10 +90,10 @@ nn::TilePattern dense_pattern(int64_t n, bool causal) {
   return p;
 }
 
-// One forward + backward of the kernel or the module at length n; returns a callable step.
 // Tile sizes of the kernel path (--q-tile, --k-tile); the library's defaults unless set.
 nn::TileOptions g_tiles;
 
+// One forward + backward of the kernel or the module at length n; returns a callable step.
 struct Problem {
   std::shared_ptr<nn::Attention> layer;  // path module only
   Tensor q, k, v, x, g;

@@ -66,7 +66,7 @@ int main(int argc, char** argv) {
   app.add_option("--rounds", rounds, "interleaved rounds of both")->check(CLI::Range(1, 1000));
   app.add_option("--steps", steps, "timed steps per round")->check(CLI::Range(1, 100000));
   app.add_option("--profile", profile,
-                 "only run --rounds x --steps steps of one form, untimed, for a profiler (perf record)")
+                 "run only --rounds x --steps steps of one form, for a profiler (perf record); prints their tokens/s")
       ->check(CLI::IsMember({"float32", "bf16"}));
   bench::parse_or_exit(app, argc, argv);
   std::printf("CPU: %s\nBLAS: %s\noneDNN: %s\nthreads: %d\n", cpu_bf16_summary().c_str(), blas_description().c_str(),

@@ -689,10 +689,11 @@ fs::path set_aside_name(const fs::path& dir) {
   }
 }
 
-// Resolves the request's config and runs the experiment's check; nullopt (after a message) on
-// an error.
+// Resolves the request's config and runs the experiment's check, after ATTNLAB_MATMUL's route;
+// nullopt (after a message) on an error. Nothing is written before it.
 std::optional<Config> validated_config(const RunRequest& r, const Experiment*& e, std::ostream& console) {
   try {
+    (void)matmul_route();  // a bad ATTNLAB_MATMUL is a ValueError naming the variable
     e = &find_experiment(r.experiment);
     Config config = resolve_config(*e, r.preset, r.config_file, r.sets);
     check_config(*e, config, dist::world_size());
@@ -736,12 +737,6 @@ void check_run_dir_path(const fs::path& dir) {
 
 int dry_run_experiment(const RunRequest& r, std::ostream& out, std::ostream& console) {
   const Experiment* e = nullptr;
-  try {
-    (void)matmul_route();  // ATTNLAB_MATMUL checked before any run directory is touched
-  } catch (const ValueError& ex) {
-    console << run_prefix() << ex.what() << "\n";
-    return kExitUsage;
-  }
   std::optional<Config> config = validated_config(r, e, console);
   if (!config) return kExitUsage;
   out << config->to_toml();
@@ -848,12 +843,6 @@ int run_experiment(const RunRequest& r, std::ostream& console_in, bool tty) {
   std::ostream quiet(nullptr);
   std::ostream& console = dist::is_root() ? console_in : quiet;
   const Experiment* e = nullptr;
-  try {
-    (void)matmul_route();  // ATTNLAB_MATMUL checked before any run directory is touched
-  } catch (const ValueError& ex) {
-    console << run_prefix() << ex.what() << "\n";
-    return kExitUsage;
-  }
   std::optional<Config> config = validated_config(r, e, console);
   std::vector<double> invalid{config ? 0.0 : 1.0};
   dist::all_reduce_sum(invalid);

@@ -1,8 +1,8 @@
 /// @file
 /// oneDNN's matmul primitive behind attnlab's matrix products: bfloat16 operands (autocast,
 /// kernels::matmul_bf16) and float32 operands where the float32 route sends them
-/// (tensor/matmul_route.hpp). Both give a float32 result. Defined in matmul_onednn.cpp, the only
-/// file with matmul_bf16.cpp and matmul_route.cpp that includes oneDNN.
+/// (tensor/matmul_route.hpp). Both give a float32 result. Defined in matmul_onednn.cpp, the one
+/// kernel file that includes oneDNN's header.
 /// @ingroup tensor
 #pragma once
 #include "tensor/kernels/matmul_shape.hpp"

@@ -5,6 +5,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -267,15 +268,28 @@ TEST_CASE("run: a checkpoint whose steps are doctored is refused before any metr
   fs::remove_all(dir);
 }
 
-TEST_CASE("run: resuming with another thread count warns, and meta.json records each process's count") {
-  fs::path dir = fresh_dir("threads");
-  const int before = num_threads(), other = before == 1 ? 2 : 1;
+namespace {
+
+// Runs `dir` until a stop at step 5, lets `between` change the directory, then finishes it with
+// `threads` threads; returns the second process's result.
+Result stop_then_finish_with(const fs::path& dir, int threads, const std::function<void()>& between = [] {}) {
+  const int before = num_threads();
   g_stop_at = 5;
   REQUIRE(run(dir).status == kExitStopped);
   g_stop_at = -1;
-  set_num_threads(other);
+  between();
+  set_num_threads(threads);
   Result r = run(dir);
   set_num_threads(before);
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("run: resuming with another thread count warns, and meta.json records each process's count") {
+  fs::path dir = fresh_dir("threads");
+  const int before = num_threads(), other = before == 1 ? 2 : 1;
+  Result r = stop_then_finish_with(dir, other);
   CHECK(r.status == kExitComplete);
   CHECK(r.console.find(fmt::format("warning: resuming with {} threads, the run's previous process had {}", other, before)) !=
         std::string::npos);
@@ -289,14 +303,10 @@ TEST_CASE("run: resuming with another thread count warns, and meta.json records 
 
 TEST_CASE("run: a run that stopped before its first checkpoint starts again without the thread-count warning") {
   fs::path dir = fresh_dir("threads_no_checkpoint");
-  const int before = num_threads(), other = before == 1 ? 2 : 1;
-  g_stop_at = 5;
-  REQUIRE(run(dir).status == kExitStopped);
-  g_stop_at = -1;
-  REQUIRE(fs::remove(dir / "checkpoint.safetensors"));  // as if the process had stopped before its first one
-  set_num_threads(other);
-  Result r = run(dir);
-  set_num_threads(before);
+  const int other = num_threads() == 1 ? 2 : 1;
+  Result r = stop_then_finish_with(dir, other, [&] {
+    REQUIRE(fs::remove(dir / "checkpoint.safetensors"));  // as if the process had stopped before its first one
+  });
   CHECK(r.status == kExitComplete);
   CHECK(r.console.find("warning: resuming with") == std::string::npos);
   auto meta = nlohmann::json::parse(read(dir / "meta.json"));
