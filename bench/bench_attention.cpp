@@ -1,6 +1,6 @@
 // bench_attention: attnlab's half of `make bench-attention` (bench/run_attention.sh runs it next
 // to bench/torch_attention.py and joins both into markdown tables). One attention layer core,
-// B = 1, h = 8, dk = dv = 64, float32, forward + backward, at long sequence lengths.
+// B = 1, h = 8, dk = dv = 64 (--batch, --head-size change B and dk = dv), float32, forward + backward, at long sequence lengths.
 //
 // Two modes, each printing one JSON object on stdout (progress on stderr):
 //
@@ -14,8 +14,10 @@
 //     nn::Attention module "mha" (projections included) on x (1, N, 512).
 //     Reports the median seconds of S steps after a warm-up step, and the peak RSS (ru_maxrss).
 //
-//   bench_attention --throughput [--lengths 4096,8192] [--reps R] [--q-tile 128] [--k-tile 256]
-//     The kernel's GFLOP/s, forward only and forward + backward, against the peak of
+//   bench_attention --throughput [--lengths 4096,8192] [--reps R] [--q-tile 128] [--k-tile 256] [--blas-too]
+//     The kernel's GFLOP/s, forward only and forward + backward (its float32 products on AVX-512
+//     where the CPU has it, tile_gemm_f32.hpp; --blas-too adds rows on cblas_sgemm, the
+//     repetitions of both alternating), against the peak of
 //     cblas_sgemm 2048 x 2048 x 2048 measured in this process with OpenBLAS set to attnlab's
 //     thread count (as bench_ops does; attnlab keeps OpenBLAS at one thread inside its own
 //     tasks, and the count is restored after; the better of a peak taken before and one after
@@ -52,6 +54,7 @@
 #include "attnlab.hpp"
 #include "nn/attention/kernels/tile_attention.hpp"
 #include "nn/attention/kernels/tile_gemm_bf16.hpp"
+#include "nn/attention/kernels/tile_gemm_f32.hpp"
 #include "nn/attention/registry.hpp"
 #include "bench/bench_args.hpp"
 #include "bench/sgemm_peak.hpp"
@@ -62,7 +65,9 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-constexpr int64_t kHeads = 8, kHeadSize = 64;
+// The kernel path's batch and head size (--batch, --head-size); 8 heads.
+constexpr int64_t kHeads = 8;
+int64_t g_batch = 1, g_head_size = 64;
 constexpr int kOomExit = 3;  // run_attention.sh reads this exit status as "out of memory"
 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
@@ -70,7 +75,6 @@ double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock:
 using attnlab::bench::median;
 using attnlab::bench::settle;
 using attnlab::bench::sgemm_peak;
-using attnlab::bench::time_median;
 
 // Steps timed at length n when --steps is not given: few at large N, so that N = 32K (minutes
 // per step on a small machine) finishes in a couple of minutes. torch_attention.py uses the same.
@@ -104,15 +108,16 @@ struct Problem {
     Generator gen(1);
     if (path == "module") {
       manual_seed(0);
-      layer = nn::make_attention(fmt::format("mha(heads={}, key_size={}, value_size={})", kHeads, kHeadSize, kHeadSize),
-                                 kHeads * kHeadSize);
-      x = randn({1, n, kHeads * kHeadSize}, gen).requires_grad_();  // (B, N, D)
-      g = randn({1, n, kHeads * kHeadSize}, gen);                   // (B, N, D)
+      const int64_t d = g_head_size;
+      layer = nn::make_attention(fmt::format("mha(heads={}, key_size={}, value_size={})", kHeads, d, d), kHeads * d);
+      x = randn({g_batch, n, kHeads * d}, gen).requires_grad_();  // (B, N, D)
+      g = randn({g_batch, n, kHeads * d}, gen);                   // (B, N, D)
     } else {
-      q = randn({1, kHeads, n, kHeadSize}, gen).requires_grad_();  // (B, h, N, dk)
-      k = randn({1, kHeads, n, kHeadSize}, gen).requires_grad_();  // (B, h, M, dk)
-      v = randn({1, kHeads, n, kHeadSize}, gen).requires_grad_();  // (B, h, M, dv)
-      g = randn({1, kHeads, n, kHeadSize}, gen);                   // (B, h, N, dv) upstream gradient
+      const int64_t B = g_batch, d = g_head_size;
+      q = randn({B, kHeads, n, d}, gen).requires_grad_();  // (B, h, N, dk)
+      k = randn({B, kHeads, n, d}, gen).requires_grad_();  // (B, h, M, dk)
+      v = randn({B, kHeads, n, d}, gen).requires_grad_();  // (B, h, M, dv)
+      g = randn({B, kHeads, n, d}, gen);                   // (B, h, N, dv) upstream gradient
       pattern = dense_pattern(n, causal);
     }
   }
@@ -168,9 +173,35 @@ int run_one(const std::string& path, int64_t n, bool causal, int steps, double m
 
 // ---- throughput ----
 
-int run_throughput(const std::vector<int64_t>& lengths, int reps) {
+// Median seconds of the forward and of forward + backward, the float32 products on AVX-512
+// (tile_gemm_f32.hpp) or, with on_blas, on cblas_sgemm; with both, repetitions alternate.
+struct ProductTimes {
+  double forward = 0, step = 0;
+};
+std::vector<ProductTimes> time_products(Problem& p, int reps, const std::vector<bool>& on_blas) {
+  std::vector<std::vector<double>> tf(on_blas.size()), tb(on_blas.size());
+  for (int r = -1; r < reps; ++r)  // r = -1: warm-up
+    for (size_t f = 0; f < on_blas.size(); ++f) {
+      nn::tile::set_f32_tile_products_enabled(!on_blas[f]);
+      auto t0 = Clock::now();
+      p.forward_only();
+      const double forward = since(t0);
+      t0 = Clock::now();
+      p.step();
+      if (r >= 0) tf[f].push_back(forward), tb[f].push_back(since(t0));
+    }
+  nn::tile::set_f32_tile_products_enabled(true);
+  std::vector<ProductTimes> out;
+  for (size_t f = 0; f < on_blas.size(); ++f) out.push_back({median(tf[f]), median(tb[f])});
+  return out;
+}
+
+int run_throughput(const std::vector<int64_t>& lengths, int reps, bool blas_too) {
   const int threads = num_threads();  // also pins OpenBLAS to 1 thread inside attnlab
-  std::fprintf(stderr, "bench_attention: throughput, %d thread(s), %s\n", threads, openblas_get_config());
+  std::fprintf(stderr, "bench_attention: throughput, %d thread(s), %s; float32 tile products: %s\n", threads,
+               openblas_get_config(), nn::tile::f32_tile_products_available() ? "AVX-512" : "cblas_sgemm");
+  std::vector<bool> on_blas = {!nn::tile::f32_tile_products_available()};
+  if (blas_too && !on_blas[0]) on_blas.push_back(true);
   // The peak is taken before and after the kernel rows and the better one kept: on a shared
   // machine a peak taken in a quiet moment makes the kernel's fraction conservative.
   double peak = sgemm_peak(threads, reps);
@@ -180,15 +211,19 @@ int run_throughput(const std::vector<int64_t>& lengths, int reps) {
     for (bool causal : {false, true}) {
       Problem p("kernel", n, causal);
       const double pairs = causal ? double(n) * double(n + 1) / 2 : double(n) * double(n);
-      const double fwd_gflop = 4.0 * pairs * kHeadSize * kHeads / 1e9;
-      const double tf = time_median([&] { p.forward_only(); }, reps);
-      const double tb = time_median([&] { p.step(); }, reps);
-      std::fprintf(stderr, "  N=%lld%s: forward %.3f s (%.1f GFLOP/s), forward + backward %.3f s (%.1f GFLOP/s)\n",
-                   (long long)n, causal ? " causal" : "", tf, fwd_gflop / tf, tb, 3.5 * fwd_gflop / tb);
-      rows += fmt::format(
-          "{}    {{\"n\": {}, \"causal\": {}, \"forward_seconds\": {:.6f}, \"forward_gflops\": {:.3f}, "
-          "\"step_seconds\": {:.6f}, \"step_gflops\": {:.3f}}}",
-          rows.empty() ? "" : ",\n", n, causal ? "true" : "false", tf, fwd_gflop / tf, tb, 3.5 * fwd_gflop / tb);
+      const double fwd_gflop = 4.0 * pairs * g_head_size * kHeads * g_batch / 1e9;
+      const std::vector<ProductTimes> times = time_products(p, reps, on_blas);
+      for (size_t f = 0; f < on_blas.size(); ++f) {
+        const double tf = times[f].forward, tb = times[f].step;
+        const char* products = on_blas[f] ? "cblas_sgemm" : "avx512";
+        std::fprintf(stderr, "  N=%lld%s, %s: forward %.3f s (%.1f GFLOP/s), forward + backward %.3f s (%.1f GFLOP/s)\n",
+                     (long long)n, causal ? " causal" : "", products, tf, fwd_gflop / tf, tb, 3.5 * fwd_gflop / tb);
+        rows += fmt::format(
+            "{}    {{\"n\": {}, \"causal\": {}, \"products\": \"{}\", \"forward_seconds\": {:.6f}, "
+            "\"forward_gflops\": {:.3f}, \"step_seconds\": {:.6f}, \"step_gflops\": {:.3f}}}",
+            rows.empty() ? "" : ",\n", n, causal ? "true" : "false", products, tf, fwd_gflop / tf, tb,
+            3.5 * fwd_gflop / tb);
+      }
       settle();
     }
   const double peak_after = sgemm_peak(threads, reps);
@@ -244,7 +279,7 @@ int run_bf16(const std::vector<int64_t>& lengths, int reps, bool causal) {
   for (int64_t n : lengths) {
     Problem p("kernel", n, causal);
     const double pairs = causal ? double(n) * double(n + 1) / 2 : double(n) * double(n);
-    const double fwd_gflop = 4.0 * pairs * kHeadSize * kHeads / 1e9;
+    const double fwd_gflop = 4.0 * pairs * g_head_size * kHeads * g_batch / 1e9;
     for (bool backward : {false, true}) {
       const Paired t = backward ? time_paired([&] { p.step(); }, reps) : time_paired([&] { p.forward_only(); }, reps);
       const double gflop = backward ? 3.5 * fwd_gflop : fwd_gflop;
@@ -273,7 +308,7 @@ double parse_number(const std::string& option, const std::string& s, double min)
 
 int main(int argc, char** argv) {
   int64_t n = 0;
-  bool causal = false, throughput = false, bf16 = false;
+  bool causal = false, throughput = false, bf16 = false, blas_too = false;
   std::string path = "kernel";
   int steps = 0, reps = 3;
   double memory_gib = 20;
@@ -286,16 +321,19 @@ int main(int argc, char** argv) {
   app.add_option("--steps", steps, "timed forward + backward steps (default by N)")->check(CLI::Range(1, 100000));
   app.add_option("--memory-limit", memory_gib, "GiB the process may use")->check(CLI::Range(0.25, 4096.0));
   app.add_flag("--throughput", throughput, "GFLOP/s of the kernel against cblas_sgemm");
+  app.add_flag("--blas-too", blas_too, "with --throughput: also time the kernel on cblas_sgemm, repetitions alternating");
   app.add_flag("--bf16", bf16, "GFLOP/s of the kernel in float32 and in bf16 under autocast, alternating");
   app.add_option("--lengths", lengths, "lengths of --throughput, comma-separated")
       ->delimiter(',')
       ->check(CLI::Range(int64_t(1), int64_t(1) << 30));
   app.add_option("--reps", reps, "repetitions of --throughput and --bf16")->check(CLI::Range(1, 100000));
+  app.add_option("--batch", g_batch, "batch size B (default 1)")->check(CLI::Range(int64_t(1), int64_t(4096)));
+  app.add_option("--head-size", g_head_size, "dk = dv per head (default 64)")->check(CLI::Range(int64_t(1), int64_t(4096)));
   app.add_option("--q-tile", g_tiles.q_tile, "the kernel path's query rows per tile")->check(CLI::Range(1, 4096));
   app.add_option("--k-tile", g_tiles.k_tile, "the kernel path's key rows per tile")->check(CLI::Range(1, 4096));
   bench::parse_or_exit(app, argc, argv);
   try {
-    if (throughput) return run_throughput(lengths, reps);
+    if (throughput) return run_throughput(lengths, reps, blas_too);
     if (bf16) return run_bf16(lengths, reps, causal);
     if (n == 0) {
       std::fprintf(stderr, "bench_attention: --n N or --throughput is required\n%s", app.help().c_str());

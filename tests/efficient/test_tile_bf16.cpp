@@ -15,58 +15,20 @@
 #include "nn/attention/kernels/tile_attention.hpp"
 #include "nn/attention/kernels/tile_gemm_bf16.hpp"
 #include "tensor/bfloat16.hpp"
+#include "tile_testing.hpp"
 
 using namespace attnlab;
 using namespace attnlab::testing;
+using namespace attnlab::testing::tile_products;
 using nn::TileOptions;
 using nn::TilePattern;
 namespace tile = attnlab::nn::tile;
 
 namespace {
 
-std::vector<float> random_floats(int64_t n, std::mt19937& rng) {
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> x(n);
-  for (float& e : x) e = d(rng);
-  return x;
-}
-
-// C (m, n) = alpha A B (+ C0) in double from bf16-rounded operands; A(i, p) = a(i, p), B(p, j) = b(p, j).
-template <class FA, class FB>
-std::vector<double> reference(int64_t m, int64_t n, int64_t k, double alpha, FA a, FB b, const std::vector<float>* C0) {
-  std::vector<double> c(m * n);
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t j = 0; j < n; ++j) {
-      double s = 0;
-      for (int64_t p = 0; p < k; ++p) s += double(round_to_bfloat16(a(i, p))) * double(round_to_bfloat16(b(p, j)));
-      c[i * n + j] = alpha * s + (C0 ? (*C0)[i * n + j] : 0.0);
-    }
-  return c;
-}
-
 void check_close(const std::vector<float>& got, const std::vector<double>& want) {
   REQUIRE(got.size() == want.size());
   for (size_t e = 0; e < got.size(); ++e) CHECK(std::abs(got[e] - want[e]) <= 1e-5 * (1 + std::abs(want[e])));
-}
-
-// The relative distance max |a - b| / max |b| of two tensors of one shape.
-double rel_dist(const Tensor& a, const Tensor& b) {
-  const auto x = a.to_vector<double>(), y = b.to_vector<double>();
-  double num = 0, den = 0;
-  for (size_t e = 0; e < x.size(); ++e) num = std::max(num, std::abs(x[e] - y[e])), den = std::max(den, std::abs(y[e]));
-  return num / std::max(den, 1e-30);
-}
-
-struct Run {
-  Tensor out, dq, dk, dv;
-};
-
-Run run(const Tensor& q0, const Tensor& k0, const Tensor& v0, const TilePattern& p, const TileOptions& o,
-        const Tensor& go) {
-  Tensor q = clone(q0).requires_grad_(), k = clone(k0).requires_grad_(), v = clone(v0).requires_grad_();
-  auto r = nn::tile_attention(q, k, v, p, o);
-  sum(r.out * go).backward();
-  return {r.out.detach(), q.grad(), k.grad(), v.grad()};
 }
 
 }  // namespace
@@ -99,12 +61,42 @@ TEST_CASE("tile bf16 products equal float32 products of the bf16-rounded operand
     auto ytb = [&](int64_t p, int64_t j) { return Yt[j * k + p]; };
     std::vector<float> C(m * n);
     tile::gemm_bf16(m, n, k2, 0.5f, a.data(), k2, 1, b.data(), n, false, C.data(), n);  // A B (QK^T's and PV's form)
-    check_close(C, reference(m, n, k, 0.5, xa, yb, nullptr));
+    check_close(C, reference(m, n, k, 0.5, xa, yb, nullptr, true));
     const std::vector<float> C0 = C;
     tile::gemm_bf16(m, n, k2, 1.0f, a.data(), k2, 1, bt.data(), n, true, C.data(), n);  // += A Yt^T
-    check_close(C, reference(m, n, k, 1.0, xa, ytb, &C0));
+    check_close(C, reference(m, n, k, 1.0, xa, ytb, &C0, true));
     tile::gemm_bf16(m, n, k2, 1.0f, at.data(), 1, m, b.data(), n, false, C.data(), n);  // Xt^T B (dV's, dK's form)
-    check_close(C, reference(m, n, k, 1.0, xta, yb, nullptr));
+    check_close(C, reference(m, n, k, 1.0, xta, yb, nullptr, true));
+  }
+}
+
+TEST_CASE("tile bf16 packs: every word equals its definition, over ragged 16-row and 32-column blocks and a row stride") {
+  if (!tile::bf16_tile_products_available()) {
+    MESSAGE("this CPU lacks AVX512_BF16: the bf16 packs are not run");
+    return;
+  }
+  std::mt19937 rng(11);
+  // The naive twins (tile_gemm_bf16.hpp): the word of bf16 values (lo, hi), hi = 0 past the edge.
+  auto word = [](float lo, float hi) { return uint32_t(bfloat16(lo).bits) | uint32_t(bfloat16(hi).bits) << 16; };
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 1}, {15, 31}, {16, 32}, {17, 33}, {37, 70}, {48, 64}}) {
+    CAPTURE(rows);
+    CAPTURE(cols);
+    const int64_t ld = cols + 3, c2 = (cols + 1) / 2, r2 = (rows + 1) / 2;
+    const std::vector<float> X = random_floats(rows * ld, rng);
+    auto x = [&](int64_t i, int64_t j) { return i < rows && j < cols ? X[i * ld + j] : 0.0f; };
+    std::vector<uint32_t> in_rows(rows * c2), in_rows_t(c2 * rows), across(r2 * cols);
+    tile::pack_pairs_in_rows(X.data(), ld, rows, cols, in_rows.data(), c2);
+    tile::pack_pairs_in_rows_t(X.data(), ld, rows, cols, in_rows_t.data(), rows);
+    tile::pack_pairs_across_rows(X.data(), ld, rows, cols, across.data(), cols);
+    int64_t wrong = 0;
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t p = 0; p < c2; ++p) {
+        wrong += in_rows[i * c2 + p] != word(x(i, 2 * p), x(i, 2 * p + 1));
+        wrong += in_rows_t[p * rows + i] != word(x(i, 2 * p), x(i, 2 * p + 1));
+      }
+    for (int64_t p = 0; p < r2; ++p)
+      for (int64_t j = 0; j < cols; ++j) wrong += across[p * cols + j] != word(x(2 * p, j), x(2 * p + 1, j));
+    CHECK(wrong == 0);
   }
 }
 

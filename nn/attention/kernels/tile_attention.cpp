@@ -21,6 +21,7 @@
 #include "autograd/autocast.hpp"
 #include "nn/attention/kernels/fast_tanh.hpp"
 #include "nn/attention/kernels/tile_gemm_bf16.hpp"
+#include "nn/attention/kernels/tile_gemm_f32.hpp"
 #include "nn/attention/kernels/tile_scores.hpp"
 #include "tensor/kernels.hpp"
 #include "tensor/kernels/rows.hpp"
@@ -240,6 +241,19 @@ struct Bf16Operands {
   tile::PackedHeads do_rows, v_t, do_pairs, k_pairs, k_pairs_odd, q_pairs;  // backward: dP, dV, dQ, dK
 };
 
+// The float32 operands of one pass that the AVX-512 products (tile_gemm_f32.hpp) read transposed:
+// k and v in panels of one key tile, (B, g, nk, d, ld), packed once per call. Every other operand
+// is read in place.
+struct F32Operands {
+  Tensor k_t, v_t;  // (B, g, nk, dk, ld), (B, g, nk, dv, ld); v_t in the backward only
+  int64_t TK = 0, nk = 0, ld = 0;  // the key tile, tiles per head, tile::transposed_ld(min(TK, M))
+
+  // The panel of key tile j0 / TK of kv head (b, hk) in t, at key j0: (d, ld).
+  const float* at(const Tensor& t, int64_t G, int64_t b, int64_t hk, int64_t d, int64_t j0) const {
+    return t.data<float>() + (((b * G + hk) * nk + j0 / TK) * d) * ld + j0 % TK;
+  }
+};
+
 // Everything one call shares: sizes, the plan, and the tensors as row views.
 template <class T>
 struct Ctx {
@@ -253,29 +267,38 @@ struct Ctx {
   std::vector<T> slopes;  // (H) ALiBi slopes, or empty
   T softcap = 0;          // 0 = off
   const Bf16Operands* bf = nullptr;  // float32 under autocast: the products in bf16, else null
+  const F32Operands* f32 = nullptr;  // float32 on AVX-512 (not bf16): the products of tile_gemm_f32.hpp, else null
 
   // The key/value head that query head h reads.
   int64_t kv(int64_t h) const { return h / (H / G); }
 
   // The six products of a tile pair (r query rows from i0, c keys from j0), in three forms: in T
-  // through BLAS, or in bf16 from bf's packs and the tile (W) packed here.
+  // through BLAS; in bf16 from bf's packs and the tile (W) packed here; or in float32 from the
+  // operands in place (f32: only X^T is packed).
   //   out (r, c) = alpha Y_t X_c^T: Y the query rows i0 ... (Q for S, dO for dP), X the keys' rows
-  //   j0 ... (K, V), of width d, packed as `ys`, `xs`
+  //   j0 ... (K, V), of width d, packed as `ys`, `xs` (bf16) or transposed as `xt` (f32)
   void queries_times_keys_t(T* out, T alpha, const Rows<T>& Y, const Rows<T>& X, int64_t d,
-                            tile::PackedHeads Bf16Operands::*ys, tile::PackedHeads Bf16Operands::*xs, int64_t b,
-                            int64_t h, int64_t i0, int64_t r, int64_t j0, int64_t c) const {
-    if constexpr (std::is_same_v<T, float>)
+                            tile::PackedHeads Bf16Operands::*ys, tile::PackedHeads Bf16Operands::*xs,
+                            Tensor F32Operands::*xt, int64_t b, int64_t h, int64_t i0, int64_t r, int64_t j0,
+                            int64_t c) const {
+    if constexpr (std::is_same_v<T, float>) {
       if (bf) {
         const tile::PackedHeads &y = bf->*ys, &x = bf->*xs;
         tile::gemm_bf16(r, c, (d + 1) / 2, alpha, y.at(b, h, i0), y.ld, 1, x.at(b, kv(h), 0) + j0, x.ld, false, out, c);
         return;
       }
+      if (f32) {
+        const float* panel = f32->at(f32->*xt, G, b, kv(h), d, j0);  // (d, ld), from key j0
+        tile::gemm_f32(r, c, d, alpha, Y.row(b, h, i0), Y.sr, 1, panel, f32->ld, false, out, c);
+        return;
+      }
+    }
     gemm<T>(false, true, r, c, d, alpha, Y.row(b, h, i0), Y.sr, X.row(b, kv(h), j0), X.sr, T(0), out, c);
   }
   //   out (r, d) += W (r, c) X_c: X the keys' rows j0 ... (V for P V, K for dQ), packed as `even`, `odd`
   void w_times_keys(T* out, const T* W, const Rows<T>& X, int64_t d, tile::PackedHeads Bf16Operands::*even,
                     tile::PackedHeads Bf16Operands::*odd, int64_t b, int64_t h, int64_t r, int64_t j0, int64_t c) const {
-    if constexpr (std::is_same_v<T, float>)
+    if constexpr (std::is_same_v<T, float>) {
       if (bf) {
         const int64_t c2 = (c + 1) / 2;
         uint32_t* w = thread_scratch<uint32_t>(0, r * c2);
@@ -283,12 +306,14 @@ struct Ctx {
         tile::gemm_bf16(r, d, c2, 1.0f, w, c2, 1, tile::rows_from(bf->*even, bf->*odd, b, kv(h), j0), d, true, out, d);
         return;
       }
+      if (f32) return tile::gemm_f32(r, d, c, 1.0f, W, c, 1, X.row(b, kv(h), j0), X.sr, true, out, d);
+    }
     gemm<T>(false, false, r, d, c, T(1), W, c, X.row(b, kv(h), j0), X.sr, T(1), out, d);
   }
   //   out (c, d) += W (r, c)^T Y_t: Y the query rows i0 ... (dO for dV, Q for dK), packed as `pairs`
   void wt_times_queries(T* out, const T* W, const Rows<T>& Y, int64_t d, tile::PackedHeads Bf16Operands::*pairs,
                         int64_t b, int64_t h, int64_t i0, int64_t r, int64_t c) const {
-    if constexpr (std::is_same_v<T, float>)
+    if constexpr (std::is_same_v<T, float>) {
       if (bf) {
         const int64_t r2 = (r + 1) / 2;
         uint32_t* w = thread_scratch<uint32_t>(1, r2 * c);
@@ -296,6 +321,8 @@ struct Ctx {
         tile::gemm_bf16(c, d, r2, 1.0f, w, 1, c, (bf->*pairs).at(b, h, i0 / 2), d, true, out, d);
         return;
       }
+      if (f32) return tile::gemm_f32(c, d, r, 1.0f, W, 1, c, Y.row(b, h, i0), Y.sr, true, out, d);
+    }
     gemm<T>(true, false, c, d, r, T(1), W, c, Y.row(b, h, i0), Y.sr, T(1), out, d);
   }
 
@@ -303,7 +330,8 @@ struct Ctx {
   // given, gets the cap's derivative 1 - (S / c)^2), then -inf wherever the rule disallows
   // (i0 + ii, j0 + j).
   void scores(T* S, T* F, int64_t b, int64_t h, int64_t i0, int64_t r, int64_t j0, int64_t c) const {
-    queries_times_keys_t(S, scale, Q, K, dk, &Bf16Operands::q_rows, &Bf16Operands::k_t, b, h, i0, r, j0, c);
+    queries_times_keys_t(S, scale, Q, K, dk, &Bf16Operands::q_rows, &Bf16Operands::k_t, &F32Operands::k_t, b, h, i0,
+                         r, j0, c);
     const Plan& p = *P;
     if (!slopes.empty()) {
       const T slope = slopes[h];
@@ -408,8 +436,10 @@ void forward_pass(const Ctx<T>& x, const Score& score) {
 // Two schemes, chosen by the amount of parallel work, with the same arithmetic in the same
 // order (so the result does not depend on the choice):
 //  - fused, when there are at least two (b, kv head) pairs per thread: one task per (b, kv head)
-//    walks the group's query heads and their query tiles in order and adds every pair's dQ, dK,
-//    dV terms (5 products per pair);
+//    walks the group's query heads, for each the key tiles in order and, per key tile, the query
+//    tiles that touch it (the transposed tile list), and adds every pair's dQ, dK, dV terms (5
+//    products per pair). The key tile's K, V, their transposes, dK and dV stay in cache while the
+//    query tiles pass; each dQ tile still gets its key tiles in order;
 //  - split, otherwise: dQ over (b, h, query tile), then dK and dV over (b, kv head, key tile),
 //    each task looping over the group's query heads and the transposed tile list (7 products
 //    per pair, but every tile is its own task).
@@ -450,7 +480,8 @@ void backward_pass(const Ctx<T>& x, const Score& score, const Rows<T>& dO, const
       }
       x.wt_times_queries(gv, PZ, dO, x.dv, &Bf16Operands::do_pairs, b, h, i0, r, c);
     }
-    x.queries_times_keys_t(dP, T(1), dO, x.V, x.dv, &Bf16Operands::do_rows, &Bf16Operands::v_t, b, h, i0, r, j0, c);
+    x.queries_times_keys_t(dP, T(1), dO, x.V, x.dv, &Bf16Operands::do_rows, &Bf16Operands::v_t, &F32Operands::v_t, b,
+                           h, i0, r, j0, c);
     const T* Db = D + (b * x.H + h) * N + i0;
     for (int64_t ii = 0; ii < r; ++ii) {
       const T lse = *x.L.row(b, h, i0 + ii), cmax = score.row_c(b, h, i0 + ii);
@@ -477,9 +508,9 @@ void backward_pass(const Ctx<T>& x, const Score& score, const Rows<T>& dO, const
       for (int64_t task = t0; task < t1; ++task) {
         const int64_t b = task / x.G, hk = task % x.G;
         for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
-          for (int64_t t = 0; t < P.nq; ++t)
-            for (int64_t e = P.q2k_off[t]; e < P.q2k_off[t + 1]; ++e) {
-              const int64_t kt = P.q2k[e], j0 = P.cols(t, kt).first;
+          for (int64_t kt = 0; kt < P.nk; ++kt)
+            for (int64_t e = P.k2q_off[kt]; e < P.k2q_off[kt + 1]; ++e) {
+              const int64_t t = P.k2q[e], j0 = P.cols(t, kt).first;
               pair(s, b, h, t, kt, want_q ? dQ.row(b, h, t * P.TQ) : nullptr, want_kv ? dK.row(b, hk, j0) : nullptr,
                    want_kv ? dV.row(b, hk, j0) : nullptr);
             }
@@ -576,6 +607,16 @@ Bf16Operands forward_operands(const Tensor& q, const Tensor& k, const Tensor& v,
   return o;
 }
 
+// k or v (B, g, M, d; rows contiguous) transposed in panels of TK keys, (B, g, nk, d, ld), for the
+// AVX-512 products.
+Tensor transposed(const Tensor& t, int64_t TK) {
+  const int64_t d = t.size(3), nk = (t.size(2) + TK - 1) / TK;
+  Tensor out = Tensor::empty({t.size(0), t.size(1), nk, d, tile::transposed_ld(std::min(TK, t.size(2)))}, kFloat32);
+  tile::transpose_heads(static_cast<const float*>(t.raw_data()), t.stride(0), t.stride(1), t.stride(2), t.size(0),
+                        t.size(1), t.size(2), d, TK, static_cast<float*>(out.raw_data()));
+  return out;
+}
+
 // dO (B, h, N, dv [+ 1]): the lse column, when there, is not a product's operand.
 Bf16Operands backward_operands(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dO,
                                bool odd_key_starts) {
@@ -658,12 +699,20 @@ TileAttentionResult tile_attention(const Tensor& q0, const Tensor& k0, const Ten
   // for the packing (tile_gemm_bf16.hpp, the size rule); the backward follows the forward.
   const bool bf16 = tile_attention_runs_bf16(dt, opt) &&
                     pattern_pairs(pattern, N, M) >= tile::bf16_min_keys_per_row() * N;
+  // Otherwise float32 products run on AVX-512 from the operands in place where the CPU has it
+  // (tile_gemm_f32.hpp), and through cblas_sgemm where it does not.
+  const bool f32 = dt == kFloat32 && !bf16 && tile::f32_tile_products_available();
   dispatch_floating(dt, "tile_attention", [&](auto tag) {
     auto x = make_ctx(tag, result, lse_store);
     Bf16Operands ops;
+    F32Operands f32_ops;
     if (bf16) {
       ops = forward_operands(q, k, v, plan->odd_key_starts);
       x.bf = &ops;
+    } else if (f32) {
+      f32_ops = {.k_t = transposed(k, plan->TK), .v_t = Tensor(), .TK = plan->TK, .nk = plan->nk,
+                 .ld = tile::transposed_ld(std::min(plan->TK, M))};
+      x.f32 = &f32_ops;
     }
     with_score(tag, [&](const auto& score) { forward_pass(x, score); });
   });
@@ -672,7 +721,7 @@ TileAttentionResult tile_attention(const Tensor& q0, const Tensor& k0, const Ten
   Tensor saved = result.detach();
   const bool has_sinks = sinks.defined();
   const Tensor saved_sinks = sinks;
-  auto backward = [q, k, v, saved, lse_store, plan, make_ctx, with_score, saved_sinks, need_lse, has_sinks, bf16, B, H, G, N, dk, dv, M](
+  auto backward = [q, k, v, saved, lse_store, plan, make_ctx, with_score, saved_sinks, need_lse, has_sinks, bf16, f32, B, H, G, N, dk, dv, M](
                       const Tensor& g0, const Tensor&, const Node& node) {
     const bool want_q = node.needs_grad(0), want_kv = node.needs_grad(1) || node.needs_grad(2);
     const bool want_sinks = has_sinks && node.needs_grad(3);
@@ -687,9 +736,14 @@ TileAttentionResult tile_attention(const Tensor& q0, const Tensor& k0, const Ten
       Ctx<T> x = make_ctx(tag, saved, lse_store);
       Rows<T> dO = rows_of<T>(g);
       Bf16Operands ops;
+      F32Operands f32_ops;
       if (bf16) {
         ops = backward_operands(q, k, v, g, plan->odd_key_starts);
         x.bf = &ops;
+      } else if (f32) {
+        f32_ops = {.k_t = transposed(k, plan->TK), .v_t = transposed(v, plan->TK), .TK = plan->TK, .nk = plan->nk,
+                   .ld = tile::transposed_ld(std::min(plan->TK, M))};
+        x.f32 = &f32_ops;
       }
       // D_i = rowsum(dO_i * O_i) - dlse_i: the softmax backward's row term, with lse's own
       // gradient folded in (d lse_i / d S_ij = P_ij).

@@ -2,10 +2,11 @@
 // AVX512_BF16 by a target attribute, whatever -march says, and called only after the cpuid check,
 // so one binary runs everywhere.
 //
-// gemm_bf16 blocks C into 6 rows x 64 columns: 24 zmm accumulators, 4 zmm of B words and one
-// broadcast A word per instruction (29 of the 32 registers). k runs in chunks of 64 words, so a
-// chunk of B (64 words x 64 columns, 16 KB) stays in L1 while the row blocks pass over it.
+// gemm_bf16 runs the blocking of tile_blocks.hpp (6 x 64 blocks of C, k in chunks of 64 words)
+// on a micro-kernel of vdpbf16ps, which adds the products of a word's two bf16 into each lane.
 #include "nn/attention/kernels/tile_gemm_bf16.hpp"
+#include "nn/attention/kernels/tile_gemm_f32.hpp"
+#include "nn/attention/kernels/tile_blocks.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -44,98 +45,55 @@ bool bf16_tile_products_available() {
 
 namespace {
 
-constexpr int kMR = 6;        // rows per block
-constexpr int kNV = 4;        // zmm (16 columns each) per block
-constexpr int64_t kKC = 64;   // words of k per chunk
-
 ATTNLAB_BF16_TARGET inline __mmask16 first(int64_t n) {
   return n >= 16 ? __mmask16(0xffff) : __mmask16((1u << std::max<int64_t>(n, 0)) - 1);
 }
 
-// C (MR, NV*16 columns, the last zmm masked by `last`) = alpha A B (+ C).
+// C (MR, NV*16 columns, the last zmm holding last_cols) = alpha A B (+ C), k2 words of k.
 template <int MR, int NV>
-ATTNLAB_BF16_TARGET void micro(int64_t k2, float alpha, const uint32_t* A, int64_t sa_i, int64_t sa_p,
-                               const uint32_t* B, int64_t ldb, bool accumulate, float* C, int64_t ldc,
-                               __mmask16 last) {
-  __m512 c[MR][NV];
+struct Micro {
+  ATTNLAB_BF16_TARGET static void run(int64_t k2, float alpha, const uint32_t* A, int64_t sa_i, int64_t sa_p,
+                                      const uint32_t* B, int64_t ldb, bool accumulate, float* C, int64_t ldc,
+                                      int64_t last_cols) {
+    const __mmask16 last = first(last_cols);
+    __m512 c[MR][NV];
 #pragma GCC unroll 8
-  for (int i = 0; i < MR; ++i)
+    for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 8
-    for (int v = 0; v < NV; ++v) c[i][v] = _mm512_setzero_ps();
-  for (int64_t p = 0; p < k2; ++p) {
-    const uint32_t* bp = B + p * ldb;
-    __m512bh b[NV];
+      for (int v = 0; v < NV; ++v) c[i][v] = _mm512_setzero_ps();
+    for (int64_t p = 0; p < k2; ++p) {
+      const uint32_t* bp = B + p * ldb;
+      __m512bh b[NV];
 #pragma GCC unroll 8
-    for (int v = 0; v < NV; ++v)
-      b[v] = (__m512bh)(v == NV - 1 ? _mm512_maskz_loadu_epi32(last, bp + 16 * v) : _mm512_loadu_si512(bp + 16 * v));
-    const uint32_t* ap = A + p * sa_p;
+      for (int v = 0; v < NV; ++v)
+        b[v] = (__m512bh)(v == NV - 1 ? _mm512_maskz_loadu_epi32(last, bp + 16 * v) : _mm512_loadu_si512(bp + 16 * v));
+      const uint32_t* ap = A + p * sa_p;
 #pragma GCC unroll 8
-    for (int i = 0; i < MR; ++i) {
-      const __m512bh a = (__m512bh)_mm512_set1_epi32(int(ap[i * sa_i]));
+      for (int i = 0; i < MR; ++i) {
+        const __m512bh a = (__m512bh)_mm512_set1_epi32(int(ap[i * sa_i]));
 #pragma GCC unroll 8
-      for (int v = 0; v < NV; ++v) c[i][v] = _mm512_dpbf16_ps(c[i][v], a, b[v]);
+        for (int v = 0; v < NV; ++v) c[i][v] = _mm512_dpbf16_ps(c[i][v], a, b[v]);
+      }
     }
-  }
-  const __m512 al = _mm512_set1_ps(alpha);
+    const __m512 al = _mm512_set1_ps(alpha);
 #pragma GCC unroll 8
-  for (int i = 0; i < MR; ++i)
+    for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 8
-    for (int v = 0; v < NV; ++v) {
-      float* dst = C + i * ldc + 16 * v;
-      const __mmask16 m = v == NV - 1 ? last : __mmask16(0xffff);
-      __m512 x = _mm512_mul_ps(c[i][v], al);
-      if (accumulate) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(m, dst));
-      _mm512_mask_storeu_ps(dst, m, x);
-    }
-}
-
-using Micro = void (*)(int64_t, float, const uint32_t*, int64_t, int64_t, const uint32_t*, int64_t, bool, float*,
-                       int64_t, __mmask16);
-
-template <int MR>
-Micro pick_nv(int nv) {
-  switch (nv) {
-    case 1: return micro<MR, 1>;
-    case 2: return micro<MR, 2>;
-    case 3: return micro<MR, 3>;
-    default: return micro<MR, 4>;
+      for (int v = 0; v < NV; ++v) {
+        float* dst = C + i * ldc + 16 * v;
+        const __mmask16 m = v == NV - 1 ? last : __mmask16(0xffff);
+        __m512 x = _mm512_mul_ps(c[i][v], al);
+        if (accumulate) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(m, dst));
+        _mm512_mask_storeu_ps(dst, m, x);
+      }
   }
-}
-
-Micro pick(int mr, int nv) {
-  switch (mr) {
-    case 1: return pick_nv<1>(nv);
-    case 2: return pick_nv<2>(nv);
-    case 3: return pick_nv<3>(nv);
-    case 4: return pick_nv<4>(nv);
-    case 5: return pick_nv<5>(nv);
-    default: return pick_nv<6>(nv);
-  }
-}
+};
 
 }  // namespace
 
-ATTNLAB_BF16_TARGET void gemm_bf16(int64_t m, int64_t n, int64_t k2, float alpha, const uint32_t* A, int64_t sa_i,
-                                   int64_t sa_p, const uint32_t* B, int64_t ldb, bool accumulate, float* C,
-                                   int64_t ldc) {
-  if (k2 == 0) {
-    if (!accumulate)
-      for (int64_t i = 0; i < m; ++i) std::fill(C + i * ldc, C + i * ldc + n, 0.0f);
-    return;
-  }
-  for (int64_t p0 = 0; p0 < k2; p0 += kKC) {
-    const int64_t kc = std::min(kKC, k2 - p0);
-    const bool acc = accumulate || p0 > 0;
-    for (int64_t j0 = 0; j0 < n; j0 += 16 * kNV) {
-      const int64_t w = std::min<int64_t>(16 * kNV, n - j0), nv = (w + 15) / 16;
-      const __mmask16 last = first(w - 16 * (nv - 1));
-      for (int64_t i0 = 0; i0 < m; i0 += kMR) {
-        const int64_t mr = std::min<int64_t>(kMR, m - i0);
-        pick(int(mr), int(nv))(kc, alpha, A + i0 * sa_i + p0 * sa_p, sa_i, sa_p, B + p0 * ldb + j0, ldb, acc,
-                               C + i0 * ldc + j0, ldc, last);
-      }
-    }
-  }
+void gemm_bf16(int64_t m, int64_t n, int64_t k2, float alpha, const uint32_t* A, int64_t sa_i, int64_t sa_p,
+               const uint32_t* B, int64_t ldb, bool accumulate, float* C, int64_t ldc) {
+  blocks::gemm<uint32_t, Micro>(m, n, k2, alpha, A, sa_i, sa_p, B, ldb, accumulate, C, ldc);
 }
 
 namespace {
@@ -252,7 +210,7 @@ PackedHeads pack_heads(const float* X, int64_t sb, int64_t sh, int64_t sr, int64
   const int64_t d2 = (d + 1) / 2;
   const int64_t rows = kind == PackKind::InRows ? n : kind == PackKind::InRowsT ? d2
                        : kind == PackKind::AcrossRows ? (n + 1) / 2 : n / 2;
-  p.ld = kind == PackKind::InRows ? d2 : kind == PackKind::InRowsT ? n : d;
+  p.ld = kind == PackKind::InRows ? d2 : kind == PackKind::InRowsT ? transposed_ld(n) : d;  // InRowsT: padded, see transposed_ld
   p.per_head = rows * p.ld;
   p.words = borrow(B * heads * p.per_head);
   parallel_for(B * heads, 1, [&](int64_t t0, int64_t t1) {

@@ -61,7 +61,7 @@ void pack_pairs_across_rows(const float* X, int64_t ld, int64_t rows, int64_t co
 /// (b, h, i, e) is at X[b sb + h sh + i sr + e]; made in parallel over (b, head).
 enum class PackKind {
   InRows,            ///< (n, ceil(d/2)) words per head: A of X @ ...
-  InRowsT,           ///< (ceil(d/2), n): B of ... @ X^T
+  InRowsT,           ///< (ceil(d/2), ld), ld = transposed_ld(n) (tile_gemm_f32.hpp): B of ... @ X^T
   AcrossRows,        ///< (ceil(n/2), d): B of ... @ X from an even row
   AcrossRowsShifted  // (ceil((n-1)/2), d), pairs (1, 2), (3, 4), ...: B of ... @ X from an odd row
 };
@@ -93,7 +93,7 @@ struct PackedHeads {
 };
 /// Packs every (b, head) of the (B, heads, n, d) float32 tensor X (element (b, h, i, e) at
 /// X[b sb + h sh + i sr + e]; d contiguous) as `kind` says, in parallel over the B heads pairs:
-/// InRows gives (n, ceil(d/2)) words per head, InRowsT (ceil(d/2), n), AcrossRows (ceil(n/2), d),
+/// InRows gives (n, ceil(d/2)) words per head, InRowsT (ceil(d/2), ld) with ld = transposed_ld(n), AcrossRows (ceil(n/2), d),
 /// AcrossRowsShifted (n/2, d) from row 1. Call only when bf16_tile_products_available(): in a build
 /// without the AVX512_BF16 products it throws ValueError (when B heads > 0).
 PackedHeads pack_heads(const float* X, int64_t sb, int64_t sh, int64_t sr, int64_t B, int64_t heads, int64_t n,
