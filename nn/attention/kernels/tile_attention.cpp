@@ -394,37 +394,66 @@ struct Ctx {
   }
 };
 
-// The forward pass for score policy `score` (tile_scores.hpp): per (b, h, query tile), the key
-// tiles in order, each block's scores turned into weights by the policy and multiplied into acc.
+// Query tiles per forward task: up to 4, while there are at least 4 tasks per thread. A task's
+// tiles share each key tile's K and V while they are in cache (a group of 4 at 128 x 256 tiles
+// keeps its state, scores and one key tile in about 0.5 MB); the arithmetic of each tile is the
+// same for any group size.
+int64_t forward_group(int64_t bh, int64_t nq) {
+  int64_t g = 4;
+  while (g > 1 && bh * ((nq + g - 1) / g) < 4 * int64_t(num_threads())) g /= 2;
+  return g;
+}
+
+// The forward pass for score policy `score` (tile_scores.hpp): per (b, h, group of query tiles),
+// the key tiles in order, each (query tile, key tile) block's scores turned into weights by the
+// policy and multiplied into that tile's acc; every query tile sees its key tiles in order.
 template <class T, class Score>
 void forward_pass(const Ctx<T>& x, const Score& score) {
   const Plan& P = *x.P;
-  const int64_t per_bh = P.nq, dv = x.dv;
+  const int64_t dv = x.dv, group = forward_group(x.B * x.H, P.nq), per_bh = (P.nq + group - 1) / group;
   parallel_for(x.B * x.H * per_bh, 1, [&](int64_t t0, int64_t t1) {
-    T* const S = thread_scratch<T>(0, P.TQ * P.TK);  // (TQ, TK) scores, then weights
-    T* const acc = thread_scratch<T>(1, P.TQ * dv);  // (TQ, dv) running numerator
-    T* const mrun = thread_scratch<T>(2, P.TQ);      // (TQ) running max (softpick: c)
-    T* const lrun = thread_scratch<T>(3, P.TQ);      // (TQ) running normaliser
-    int64_t blocks = 0;                              // computed (query tile, key tile) pairs, for tests
+    T* const S = thread_scratch<T>(0, P.TQ * P.TK);          // (TQ, TK) scores, then weights
+    T* const acc = thread_scratch<T>(1, group * P.TQ * dv);  // (group, TQ, dv) running numerators
+    T* const mrun = thread_scratch<T>(2, group * P.TQ);      // (group, TQ) running max (softpick: c)
+    T* const lrun = thread_scratch<T>(3, group * P.TQ);      // (group, TQ) running normaliser
+    int64_t blocks = 0;                                      // computed (query tile, key tile) pairs, for tests
     for (int64_t task = t0; task < t1; ++task) {
-      const int64_t b = task / (x.H * per_bh), h = task / per_bh % x.H, t = task % per_bh;
-      const int64_t i0 = t * P.TQ, r = std::min(P.TQ, P.N - i0);
-      std::fill(acc, acc + P.TQ * dv, T(0));
-      std::fill(mrun, mrun + P.TQ, score.start_max(h));
-      std::fill(lrun, lrun + P.TQ, score.start_sum());
-      for (int64_t e = P.q2k_off[t]; e < P.q2k_off[t + 1]; ++e) {
-        if (P.skip(b, t, P.q2k[e])) continue;  // no shared segment: every entry disallowed
-        ++blocks;
-        auto [j0, j1] = P.cols(t, P.q2k[e]);
-        const int64_t c = j1 - j0;
-        x.scores(S, nullptr, b, h, i0, r, j0, c);  // (r, c)
-        score.block(S, r, c, mrun, lrun, acc, dv);  // (r, c) weights
-        if (x.dropout > 0) x.drop(S, b, h, i0, r, j0, c);  // the normaliser l uses the undropped weights
-        x.w_times_keys(acc, S, x.V, dv, &Bf16Operands::v_pairs, &Bf16Operands::v_pairs_odd, b, h, r, j0, c);
+      const int64_t b = task / (x.H * per_bh), h = task / per_bh % x.H;
+      const int64_t first = task % per_bh * group, tiles = std::min(group, P.nq - first);
+      int64_t next[4];  // per tile u of the group: its next entry in the tile list
+      for (int64_t u = 0; u < tiles; ++u) {
+        next[u] = P.q2k_off[first + u];
+        std::fill(acc + u * P.TQ * dv, acc + (u + 1) * P.TQ * dv, T(0));
+        std::fill(mrun + u * P.TQ, mrun + (u + 1) * P.TQ, score.start_max(h));
+        std::fill(lrun + u * P.TQ, lrun + (u + 1) * P.TQ, score.start_sum());
       }
-      for (int64_t ii = 0; ii < r; ++ii)
-        score.finish(acc + ii * dv, mrun[ii], lrun[ii], dv, x.O.row(b, h, i0 + ii), x.L.row(b, h, i0 + ii), b, h,
-                     i0 + ii);
+      for (;;) {  // the smallest key tile any tile of the group has left, for every tile that has it
+        int64_t kt = P.nk;
+        for (int64_t u = 0; u < tiles; ++u)
+          if (next[u] < P.q2k_off[first + u + 1]) kt = std::min(kt, P.q2k[next[u]]);
+        if (kt == P.nk) break;
+        for (int64_t u = 0; u < tiles; ++u) {
+          const int64_t t = first + u;
+          if (next[u] == P.q2k_off[t + 1] || P.q2k[next[u]] != kt) continue;
+          ++next[u];
+          if (P.skip(b, t, kt)) continue;  // no shared segment: every entry disallowed
+          ++blocks;
+          const int64_t i0 = t * P.TQ, r = std::min(P.TQ, P.N - i0);
+          auto [j0, j1] = P.cols(t, kt);
+          const int64_t c = j1 - j0;
+          T *a = acc + u * P.TQ * dv, *m = mrun + u * P.TQ, *l = lrun + u * P.TQ;
+          x.scores(S, nullptr, b, h, i0, r, j0, c);  // (r, c)
+          score.block(S, r, c, m, l, a, dv);         // (r, c) weights
+          if (x.dropout > 0) x.drop(S, b, h, i0, r, j0, c);  // the normaliser l uses the undropped weights
+          x.w_times_keys(a, S, x.V, dv, &Bf16Operands::v_pairs, &Bf16Operands::v_pairs_odd, b, h, r, j0, c);
+        }
+      }
+      for (int64_t u = 0; u < tiles; ++u) {
+        const int64_t i0 = (first + u) * P.TQ, r = std::min(P.TQ, P.N - i0);
+        for (int64_t ii = 0; ii < r; ++ii)
+          score.finish(acc + (u * P.TQ + ii) * dv, mrun[u * P.TQ + ii], lrun[u * P.TQ + ii], dv,
+                       x.O.row(b, h, i0 + ii), x.L.row(b, h, i0 + ii), b, h, i0 + ii);
+      }
     }
     forward_blocks += blocks;
   });
