@@ -272,8 +272,9 @@ int run_bf16(const std::vector<int64_t>& lengths, int reps, bool causal) {
     }
   }
   std::printf("kernel products in bf16: AVX512_BF16 vdpbf16ps tile kernel where query rows have %lld or more keys "
-              "(the size rule; ATTNLAB_TILE_BF16_MIN_KEYS overrides it here); float32 products: OpenBLAS sgemm\n",
-              (long long)nn::tile::bf16_min_keys_per_row());
+              "(the size rule; ATTNLAB_TILE_BF16_MIN_KEYS overrides it here); float32 products: %s\n",
+              (long long)nn::tile::bf16_min_keys_per_row(),
+              nn::tile::f32_tile_products_available() ? "AVX-512 tile products" : "OpenBLAS sgemm");
   std::printf("\n| N | causal | pass | float32 GFLOP/s | bf16 GFLOP/s | bf16 / float32, %d reps | load (1 min) |\n", reps);
   std::printf("|---:|---|---|---:|---:|---:|---:|\n");
   for (int64_t n : lengths) {

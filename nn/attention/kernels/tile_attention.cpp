@@ -1,10 +1,10 @@
 // The tiled attention op (forward, both backward passes) and its naive twin. See
 // tile_attention.hpp for the algorithm; this file adds the tile plan and the loops.
 //
-// Threads (tensor/parallel.hpp): forward and dQ split (b, h, query tile); dK and dV split
-// (b, kv head, key tile) and visit, for each query head of the group, the query tiles that touch
-// each key tile through the transposed tile list, so every task writes only its own rows and the
-// result does not depend on the thread count. BLAS runs single-threaded inside the tasks.
+// Threads (tensor/parallel.hpp): forward split (b, h, group of query tiles); backward as
+// backward_pass says; every task writes only its own rows and the result does not depend on the
+// thread count. The tile products (Ctx): float32 on AVX-512 on tile_gemm_f32.hpp's products,
+// bf16 under autocast on tile_gemm_bf16.hpp's, else BLAS, single-threaded inside the tasks.
 #include "nn/attention/kernels/tile_attention.hpp"
 
 #include <cblas.h>
