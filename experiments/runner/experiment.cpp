@@ -517,10 +517,12 @@ MetaSession append_meta_session(const std::string& text, const std::string& path
   const json* last = !segs.empty() && segs.back().is_object() ? &segs.back() : nullptr;
   const int64_t last_world =
       last && last->contains("world_size") && (*last)["world_size"].is_number_integer() ? (*last)["world_size"].get<int64_t>() : 1;
-  if (last_world != world_size)
-    out.warning += fmt::format("{}warning: resuming with {} ranks, the run's previous process had {}; the micro-batches change, "
+  if (last_world != world_size) {
+    if (!out.warning.empty()) out.warning.append("\n").append(run_prefix());  // a second warning line
+    out.warning += fmt::format("warning: resuming with {} ranks, the run's previous process had {}; the micro-batches change, "
                                "so the results differ in the last bits from an uninterrupted run",
-                               out.warning.empty() ? "" : "\n" + run_prefix(), world_size, last_world);
+                               world_size, last_world);
+  }
   j["resumed_at"].push_back(now);
   j["segments"].push_back({{"start", now}, {"threads", threads}, {"world_size", world_size}});
   out.text = j.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
