@@ -5,13 +5,14 @@
 // gemm_bf16 runs the blocking of tile_blocks.hpp (6 x 64 blocks of C, k in chunks of 64 words)
 // on a micro-kernel of vdpbf16ps, which adds the products of a word's two bf16 into each lane.
 #include "nn/attention/kernels/tile_gemm_bf16.hpp"
-#include "nn/attention/kernels/tile_gemm_f32.hpp"
-#include "nn/attention/kernels/tile_blocks.hpp"
 
 #include <algorithm>
 #include <atomic>
 #include <mutex>
 
+#include "nn/attention/kernels/tile_blocks.hpp"
+#include "nn/attention/kernels/tile_gemm_f32.hpp"
+#include "nn/attention/kernels/tile_simd.hpp"
 #include "tensor/error.hpp"
 #include "tensor/parallel.hpp"
 
@@ -45,9 +46,6 @@ bool bf16_tile_products_available() {
 
 namespace {
 
-ATTNLAB_BF16_TARGET inline __mmask16 first(int64_t n) {
-  return n >= 16 ? __mmask16(0xffff) : __mmask16((1u << std::max<int64_t>(n, 0)) - 1);
-}
 
 // C (MR, NV*16 columns, the last zmm holding last_cols) = alpha A B (+ C), k2 words of k.
 template <int MR, int NV>
@@ -55,12 +53,9 @@ struct Micro {
   ATTNLAB_BF16_TARGET static void run(int64_t k2, float alpha, const uint32_t* A, int64_t sa_i, int64_t sa_p,
                                       const uint32_t* B, int64_t ldb, bool accumulate, float* C, int64_t ldc,
                                       int64_t last_cols) {
-    const __mmask16 last = first(last_cols);
+    const __mmask16 last = simd::first(last_cols);
     __m512 c[MR][NV];
-#pragma GCC unroll 8
-    for (int i = 0; i < MR; ++i)
-#pragma GCC unroll 8
-      for (int v = 0; v < NV; ++v) c[i][v] = _mm512_setzero_ps();
+    simd::zero(c);
     for (int64_t p = 0; p < k2; ++p) {
       const uint32_t* bp = B + p * ldb;
       __m512bh b[NV];
@@ -75,17 +70,7 @@ struct Micro {
         for (int v = 0; v < NV; ++v) c[i][v] = _mm512_dpbf16_ps(c[i][v], a, b[v]);
       }
     }
-    const __m512 al = _mm512_set1_ps(alpha);
-#pragma GCC unroll 8
-    for (int i = 0; i < MR; ++i)
-#pragma GCC unroll 8
-      for (int v = 0; v < NV; ++v) {
-        float* dst = C + i * ldc + 16 * v;
-        const __mmask16 m = v == NV - 1 ? last : __mmask16(0xffff);
-        __m512 x = _mm512_mul_ps(c[i][v], al);
-        if (accumulate) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(m, dst));
-        _mm512_mask_storeu_ps(dst, m, x);
-      }
+    simd::store(c, alpha, accumulate, C, ldc, last);
   }
 };
 
@@ -100,7 +85,7 @@ namespace {
 
 // Up to 32 floats of one row as 16 words of bf16 pairs (zero past n).
 ATTNLAB_BF16_TARGET inline __m512i row_words(const float* x, int64_t n) {
-  const __m512 lo = _mm512_maskz_loadu_ps(first(n), x), hi = _mm512_maskz_loadu_ps(first(n - 16), x + 16);
+  const __m512 lo = _mm512_maskz_loadu_ps(simd::first(n), x), hi = _mm512_maskz_loadu_ps(simd::first(n - 16), x + 16);
   return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
 }
 
@@ -111,7 +96,7 @@ ATTNLAB_BF16_TARGET void pack_pairs_in_rows(const float* X, int64_t ld, int64_t 
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t c = 0; c < cols; c += 32) {
       const int64_t n = std::min<int64_t>(32, cols - c);
-      _mm512_mask_storeu_epi32(out + i * ldo + c / 2, first((n + 1) / 2), row_words(X + i * ld + c, n));
+      _mm512_mask_storeu_epi32(out + i * ldo + c / 2, simd::first((n + 1) / 2), row_words(X + i * ld + c, n));
     }
 }
 
@@ -127,8 +112,8 @@ ATTNLAB_BF16_TARGET void pack_pairs_in_rows_t(const float* X, int64_t ld, int64_
       const int64_t n = std::min<int64_t>(32, cols - c);
       for (int64_t jj = 0; jj < nr; ++jj) _mm512_store_si512(w + 16 * jj, row_words(X + (j0 + jj) * ld + c, n));
       for (int64_t p = 0; p < (n + 1) / 2; ++p)
-        _mm512_mask_storeu_epi32(out + (c / 2 + p) * ldo + j0, first(nr),
-                                 _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), first(nr),
+        _mm512_mask_storeu_epi32(out + (c / 2 + p) * ldo + j0, simd::first(nr),
+                                 _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), simd::first(nr),
                                                              _mm512_add_epi32(column, _mm512_set1_epi32(int(p))), w, 4));
     }
   }
@@ -140,7 +125,7 @@ ATTNLAB_BF16_TARGET void pack_pairs_across_rows(const float* X, int64_t ld, int6
     const float* r0 = X + 2 * p * ld;
     const float* r1 = 2 * p + 1 < rows ? r0 + ld : nullptr;
     for (int64_t c = 0; c < cols; c += 16) {
-      const __mmask16 m = first(cols - c);
+      const __mmask16 m = simd::first(cols - c);
       const __m512i a = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, r0 + c)));
       __m512i w = a;
       if (r1) {

@@ -10,12 +10,12 @@
 #include <atomic>
 
 #include "nn/attention/kernels/tile_blocks.hpp"
+#include "nn/attention/kernels/tile_simd.hpp"
 #include "tensor/error.hpp"
 #include "tensor/parallel.hpp"
 
-#if defined(__x86_64__) && (defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 8))
+#ifdef ATTNLAB_TILE_SIMD  // x86-64 and a compiler that knows AVX-512 (tile_simd.hpp)
 #define ATTNLAB_TILE_F32 1
-#include <immintrin.h>
 // GCC 12's _mm512_setzero_ps and friends read an uninitialised variable by design.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #define ATTNLAB_F32_TARGET __attribute__((target("avx512f")))
@@ -40,9 +40,6 @@ bool f32_tile_products_available() {
 
 namespace {
 
-ATTNLAB_F32_TARGET inline __mmask16 first(int64_t n) {
-  return n >= 16 ? __mmask16(0xffff) : __mmask16((1u << std::max<int64_t>(n, 0)) - 1);
-}
 
 // C (MR, NV*16 columns, the last zmm holding last_cols) = alpha A B (+ C), k steps.
 template <int MR, int NV>
@@ -50,12 +47,9 @@ struct Micro {
   ATTNLAB_F32_TARGET static void run(int64_t k, float alpha, const float* A, int64_t sa_i, int64_t sa_p,
                                      const float* B, int64_t ldb, bool accumulate, float* C, int64_t ldc,
                                      int64_t last_cols) {
-    const __mmask16 last = first(last_cols);
+    const __mmask16 last = simd::first(last_cols);
     __m512 c[MR][NV];
-#pragma GCC unroll 8
-    for (int i = 0; i < MR; ++i)
-#pragma GCC unroll 8
-      for (int v = 0; v < NV; ++v) c[i][v] = _mm512_setzero_ps();
+    simd::zero(c);
     for (int64_t p = 0; p < k; ++p) {
       const float* bp = B + p * ldb;
       __m512 b[NV];
@@ -70,17 +64,7 @@ struct Micro {
         for (int v = 0; v < NV; ++v) c[i][v] = _mm512_fmadd_ps(a, b[v], c[i][v]);
       }
     }
-    const __m512 al = _mm512_set1_ps(alpha);
-#pragma GCC unroll 8
-    for (int i = 0; i < MR; ++i)
-#pragma GCC unroll 8
-      for (int v = 0; v < NV; ++v) {
-        float* dst = C + i * ldc + 16 * v;
-        const __mmask16 m = v == NV - 1 ? last : __mmask16(0xffff);
-        __m512 x = alpha == 1.0f ? c[i][v] : _mm512_mul_ps(c[i][v], al);
-        if (accumulate) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(m, dst));
-        _mm512_mask_storeu_ps(dst, m, x);
-      }
+    simd::store(c, alpha, accumulate, C, ldc, last);
   }
 };
 
@@ -118,9 +102,9 @@ ATTNLAB_F32_TARGET void transpose_head(const float* X, int64_t sr, int64_t n, in
       const int64_t np = std::min<int64_t>(16, d - p0);
       __m512i r[16];
       for (int64_t jj = 0; jj < 16; ++jj)
-        r[jj] = jj < nr ? _mm512_maskz_loadu_epi32(first(np), X + (j0 + jj) * sr + p0) : _mm512_setzero_si512();
+        r[jj] = jj < nr ? _mm512_maskz_loadu_epi32(simd::first(np), X + (j0 + jj) * sr + p0) : _mm512_setzero_si512();
       transpose16(r);
-      for (int64_t p = 0; p < np; ++p) _mm512_mask_storeu_epi32(out + (p0 + p) * ld + j0, first(nr), r[p]);
+      for (int64_t p = 0; p < np; ++p) _mm512_mask_storeu_epi32(out + (p0 + p) * ld + j0, simd::first(nr), r[p]);
     }
   }
 }
