@@ -1,6 +1,7 @@
 // bench_attention: attnlab's half of `make bench-attention` (bench/run_attention.sh runs it next
 // to bench/torch_attention.py and joins both into markdown tables). One attention layer core,
-// B = 1, h = 8, dk = dv = 64 (--batch, --head-size change B and dk = dv), float32, forward + backward, at long sequence lengths.
+// B = 1, h = 8, dk = dv = 64 (--batch, --head-size change B and dk = dv), float32, forward +
+// backward, at long sequence lengths.
 //
 // Two modes, each printing one JSON object on stdout (progress on stderr):
 //
